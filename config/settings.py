@@ -1,0 +1,128 @@
+"""The one place that reads the environment.
+
+Every setting is an env var named ``MEMHARNESS_<FIELD>`` (upper case). README.md lists them
+all with their defaults; ``tests/test_readme_settings.py`` fails when the two drift apart.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="MEMHARNESS_", env_file=None, extra="ignore", frozen=True
+    )
+
+    # -- stores ---------------------------------------------------------------------------
+    database_url: str = Field(
+        "postgresql://postgres@127.0.0.1:5432/memharness",
+        description="PostgreSQL, the system of record (psycopg conninfo or URL).",
+    )
+    db_pool_min: int = Field(1, ge=1, description="Smallest size of each process's pool.")
+    db_pool_max: int = Field(8, ge=1, description="Largest size of each process's pool.")
+    redis_url: str = Field(
+        "redis://127.0.0.1:6379/0",
+        description="Redis: Celery broker, drain flag, locks and activity timestamps.",
+    )
+    qdrant_url: str = Field(
+        "", description="Qdrant server URL. Empty: qdrant-client local mode at qdrant_path."
+    )
+    qdrant_api_key: SecretStr | None = Field(None, description="API key of the Qdrant server.")
+    qdrant_path: Path = Field(
+        Path("var/qdrant"),
+        description="Directory of the embedded (local-mode) store; one owner process only.",
+    )
+    collection_prefix: str = Field(
+        "memharness", description="Prefix of the vector collections (episodic, semantic)."
+    )
+
+    # -- LLM ------------------------------------------------------------------------------
+    llm_provider: Literal["auto", "openai", "offline"] = Field(
+        "auto",
+        description="auto: the OpenAI-compatible endpoint when llm_api_key is set, else offline.",
+    )
+    llm_base_url: str = Field("https://api.deepseek.com", description="OpenAI-compatible URL.")
+    llm_api_key: SecretStr | None = Field(None, description="Key of the LLM endpoint.")
+    llm_model_fast: str = Field("deepseek-chat", description="Model of tier-2 write decisions.")
+    llm_model_deep: str = Field("deepseek-chat", description="Model of tier-3 and summaries.")
+    llm_timeout_s: float = Field(20.0, gt=0, description="Per-request LLM client timeout.")
+    llm_temperature_summary: float = Field(0.3, ge=0, le=2, description="Summary temperature.")
+    llm_fallback: Literal["offline", "dead"] = Field(
+        "offline",
+        description="When LLM retries run out: use the offline rules (offline) or dead-letter.",
+    )
+
+    # -- embeddings -----------------------------------------------------------------------
+    embedder: Literal["hashing", "openai", "sentence-transformers"] = Field(
+        "hashing", description="Embedding adapter."
+    )
+    embed_dim: int = Field(384, ge=8, le=8192, description="Vector size of the hashing embedder.")
+    embed_model: str = Field(
+        "all-MiniLM-L6-v2", description="Model of the openai / sentence-transformers embedder."
+    )
+    embed_base_url: str = Field("", description="OpenAI-compatible embeddings URL.")
+    embed_api_key: SecretStr | None = Field(None, description="Key of the embeddings endpoint.")
+
+    # -- input limits ---------------------------------------------------------------------
+    content_max_bytes: int = Field(65536, ge=1, description="Largest content, UTF-8 bytes.")
+    metadata_max_bytes: int = Field(8192, ge=2, description="Largest metadata, as JSON bytes.")
+
+    # -- write pipeline -------------------------------------------------------------------
+    write_batch_size: int = Field(
+        256, ge=1, le=10000, description="Jobs one drain claims per transaction."
+    )
+    write_drain_deadline_s: float = Field(
+        30.0, gt=0, description="A drain stops and requeues itself after this long."
+    )
+    job_lease_s: float = Field(
+        120.0, gt=0, description="A claimed job not finished within this is claimable again."
+    )
+    job_max_attempts: int = Field(5, ge=1, description="Attempts before a job is dead-lettered.")
+    job_retry_base_s: float = Field(2.0, gt=0, description="First retry backoff (doubles).")
+    relay_interval_s: float = Field(15.0, gt=0, description="Period of the outbox relay.")
+
+    # -- Celery ---------------------------------------------------------------------------
+    broker_visibility_timeout_s: int = Field(
+        3600, ge=60, description="Redis visibility timeout of unacknowledged messages."
+    )
+    task_time_limit_s: int = Field(300, ge=5, description="Hard per-task time limit.")
+    task_soft_time_limit_s: int = Field(240, ge=1, description="Soft per-task time limit.")
+
+    # -- Flower ---------------------------------------------------------------------------
+    flower_port: int = Field(5555, description="Port of Flower in `make demo`.")
+    flower_basic_auth: SecretStr = Field(
+        SecretStr("admin:change-me"), description="Flower basic auth, user:password."
+    )
+
+    @model_validator(mode="after")
+    def _check_relations(self) -> Settings:
+        if self.db_pool_min > self.db_pool_max:
+            raise ValueError("db_pool_min must not exceed db_pool_max")
+        if self.task_soft_time_limit_s >= self.task_time_limit_s:
+            raise ValueError("task_soft_time_limit_s must be below task_time_limit_s")
+        # A task still running when the visibility timeout expires is delivered a second
+        # time to another worker; keep the hard limit well inside it.
+        if self.task_time_limit_s * 2 > self.broker_visibility_timeout_s:
+            raise ValueError(
+                "task_time_limit_s must be at most half of broker_visibility_timeout_s"
+            )
+        if self.write_drain_deadline_s >= self.task_soft_time_limit_s:
+            raise ValueError("write_drain_deadline_s must be below task_soft_time_limit_s")
+        return self
+
+    @property
+    def llm_is_remote(self) -> bool:
+        if self.llm_provider == "auto":
+            return self.llm_api_key is not None
+        return self.llm_provider == "openai"
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()

@@ -1,0 +1,6 @@
+"""memory-harness: memory and resumable task state for long-running LLM agents."""
+
+from memharness.client import MemoryClient, WriteReceipt
+from pipelines.records import InvalidInput, MemoryType, Modality
+
+__all__ = ["InvalidInput", "MemoryClient", "MemoryType", "Modality", "WriteReceipt"]

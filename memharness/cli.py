@@ -1,0 +1,126 @@
+"""``memharness``: the project's command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Callable, Sequence
+
+from config import get_settings
+
+
+def _cmd_migrate(args: argparse.Namespace) -> int:
+    from workers.db import migrate
+
+    settings = get_settings()
+    migrate(settings.database_url, args.revision)
+    print(f"database migrated to {args.revision}")
+    return 0
+
+
+def _cmd_worker(args: argparse.Namespace) -> int:
+    from workers.app import app
+    from workers.queues import VECTOR_QUEUES
+
+    settings = get_settings()
+    queues = [q.strip() for q in args.queues.split(",") if q.strip()]
+    owns_store = any(q in {v.value for v in VECTOR_QUEUES} for q in queues)
+    if owns_store and not settings.qdrant_url and args.concurrency != 1:
+        print(
+            "error: --concurrency must be 1 for queues that touch the vector index in "
+            "embedded mode (qdrant-client local mode allows one process); set "
+            "MEMHARNESS_QDRANT_URL to scale out",
+            file=sys.stderr,
+        )
+        return 2
+    argv = ["worker", "-Q", ",".join(queues), "-c", str(args.concurrency), "-E"]
+    argv += ["--loglevel", args.loglevel, "-n", f"{args.name}@%h"]
+    app.worker_main(argv)
+    return 0
+
+
+def _cmd_beat(args: argparse.Namespace) -> int:
+    from workers.app import app
+
+    app.start(["beat", "--loglevel", args.loglevel])
+    return 0
+
+
+def _cmd_stats(args: argparse.Namespace) -> int:
+    from memharness.stats import collect_stats, format_stats
+
+    stats = collect_stats(get_settings(), tenant_id=args.tenant)
+    print(json.dumps(stats, indent=2, sort_keys=True) if args.json else format_stats(stats))
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from memharness.demo import run_demo
+
+    return run_demo(get_settings(), interactions=args.interactions, keep_running=args.keep)
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    if args.which == "write-path":
+        from memharness.bench.write_path import run
+
+        return run(get_settings(), records=args.records, noop_tasks=args.noop_tasks)
+    raise AssertionError(args.which)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="memharness", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("migrate", help="create the database if needed and apply migrations")
+    p.add_argument("--revision", default="head")
+    p.set_defaults(func=_cmd_migrate)
+
+    p = sub.add_parser("worker", help="run a Celery worker on some queues")
+    p.add_argument("--queues", default="write,embed,recall", help="comma-separated queues")
+    p.add_argument("--concurrency", type=int, default=1)
+    p.add_argument("--name", default="worker")
+    p.add_argument("--loglevel", default="INFO")
+    p.set_defaults(func=_cmd_worker)
+
+    p = sub.add_parser("beat", help="run celery beat with the schedules/ declarations")
+    p.add_argument("--loglevel", default="INFO")
+    p.set_defaults(func=_cmd_beat)
+
+    p = sub.add_parser("stats", help="the write funnel, job states and task counters")
+    p.add_argument("--tenant", default=None)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_stats)
+
+    p = sub.add_parser("demo", help="a scripted agent writing and recalling through workers")
+    p.add_argument("--interactions", type=int, default=200)
+    p.add_argument("--keep", action="store_true", help="leave workers and Flower running")
+    p.set_defaults(func=_cmd_demo)
+
+    p = sub.add_parser("bench", help="benchmarks; each prints one JSON object last")
+    bench = p.add_subparsers(dest="which", required=True)
+    b = bench.add_parser("write-path", help="record() latency vs floor, ingest vs no-op tasks")
+    b.add_argument("--records", type=int, default=5000)
+    b.add_argument("--noop-tasks", type=int, default=5000)
+    p.set_defaults(func=_cmd_bench)
+    return parser
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    result: int = args.func(args)
+    return result
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,303 @@
+"""``MemoryClient``: what an agent process holds. The write path is synchronous and fast:
+validate → tier-1 rules → one INSERT of the memory and its outbox row (autocommit: one round
+trip, one transaction) → publish after COMMIT → return the id. The slow work is the workers'.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+import redis
+from celery import Celery
+from psycopg.rows import dict_row
+
+from config import Settings, get_settings
+from pipelines.records import (
+    EpisodicMemory,
+    InvalidInput,
+    MemoryStatus,
+    MemoryType,
+    Modality,
+    NewMemory,
+    prepare_write,
+)
+from pipelines.write_filter import tier1_filter
+from workers.db import open_pool
+from workers.db.writes import (
+    INSERT_DECISION,
+    INSERT_MEMORY_WITH_JOB,
+    find_conflict,
+    funnel,
+    memory_params,
+)
+from workers.write_service import publish_drain
+
+log = logging.getLogger(__name__)
+
+ReceiptStatus = Literal["accepted", "duplicate", "dropped"]
+
+
+@dataclass(frozen=True)
+class WriteReceipt:
+    """What ``record`` did. ``memory_id`` is stable: a retried call returns the same one."""
+
+    memory_id: uuid.UUID
+    status: ReceiptStatus
+    reason: str
+
+
+class MemoryClient:
+    def __init__(self, settings: Settings | None = None, *, app: Celery | None = None) -> None:
+        self.settings = settings or get_settings()
+        self._pool = open_pool(self.settings, name="memharness-client")
+        self._redis = redis.Redis.from_url(
+            self.settings.redis_url, socket_timeout=2, socket_connect_timeout=2
+        )
+        if app is None:
+            from workers.app import create_app
+
+            app = create_app(self.settings)
+        self._app = app
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def close(self) -> None:
+        self._pool.close()
+        self._redis.close()
+
+    def __enter__(self) -> MemoryClient:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    # -- the write path ------------------------------------------------------------------------
+
+    def record(
+        self,
+        content: str | bytes,
+        *,
+        tenant_id: str,
+        task_id: str,
+        session_id: str,
+        type: MemoryType | str | None = None,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        timestamp: datetime | None = None,
+        modality: Modality | str = Modality.TEXT,
+        metadata: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+    ) -> WriteReceipt:
+        """Record one interaction. Raises :class:`InvalidInput` naming the field and limit."""
+        new = prepare_write(
+            content,
+            tenant_id=tenant_id,
+            task_id=task_id,
+            session_id=session_id,
+            type=type,
+            user_id=user_id,
+            agent_id=agent_id,
+            timestamp=timestamp,
+            modality=modality,
+            metadata=dict(metadata) if metadata is not None else None,
+            idempotency_key=idempotency_key,
+            content_max_bytes=self.settings.content_max_bytes,
+            metadata_max_bytes=self.settings.metadata_max_bytes,
+        )
+        return self._write(new)
+
+    def record_many(self, items: Iterable[Mapping[str, Any]]) -> list[WriteReceipt]:
+        """Record several interactions; each item takes ``record``'s keyword arguments.
+
+        Every item is validated before anything is written, so one bad item writes nothing.
+        The inserts share one pipelined round trip and the batch publishes one drain.
+        """
+        prepared: list[NewMemory] = []
+        for index, item in enumerate(items):
+            fields = dict(item)
+            try:
+                content = fields.pop("content")
+            except KeyError:
+                raise InvalidInput(f"items[{index}].content", "is required") from None
+            try:
+                prepared.append(
+                    prepare_write(
+                        content,
+                        content_max_bytes=self.settings.content_max_bytes,
+                        metadata_max_bytes=self.settings.metadata_max_bytes,
+                        **fields,
+                    )
+                )
+            except InvalidInput as exc:
+                raise InvalidInput(
+                    f"items[{index}].{exc.field}", str(exc).split(": ", 1)[1], exc.limit
+                ) from None
+            except TypeError as exc:
+                raise InvalidInput(f"items[{index}]", str(exc)) from None
+        return self._write_many(prepared)
+
+    def _write(self, new: NewMemory) -> WriteReceipt:
+        verdict = tier1_filter(new.content)
+        with self._pool.connection() as conn:
+            if not verdict.keep:
+                self._record_drop(conn, new, verdict.reason)
+                return WriteReceipt(new.id, "dropped", verdict.reason)
+            row = conn.execute(INSERT_MEMORY_WITH_JOB, memory_params(new)).fetchone()
+            if row is None:
+                return self._resolve_conflict(conn, new)
+        self._publish(new.id)
+        return WriteReceipt(new.id, "accepted", "queued for the write workers")
+
+    def _write_many(self, batch: Sequence[NewMemory]) -> list[WriteReceipt]:
+        receipts: list[WriteReceipt | None] = [None] * len(batch)
+        inserted: list[int] = []
+        with self._pool.connection() as conn:
+            with conn.pipeline(), conn.cursor() as cur:
+                pending: list[tuple[int, NewMemory]] = []
+                for index, new in enumerate(batch):
+                    verdict = tier1_filter(new.content)
+                    if not verdict.keep:
+                        self._record_drop(conn, new, verdict.reason)
+                        receipts[index] = WriteReceipt(new.id, "dropped", verdict.reason)
+                    else:
+                        pending.append((index, new))
+                cur.executemany(
+                    INSERT_MEMORY_WITH_JOB,
+                    [memory_params(new) for _, new in pending],
+                    returning=True,
+                )
+                for index, _ in pending:
+                    if cur.fetchone() is not None:
+                        inserted.append(index)
+                    if not cur.nextset():
+                        break
+            done = set(inserted)
+            for index, new in enumerate(batch):
+                if receipts[index] is not None:
+                    continue
+                if index in done:
+                    receipts[index] = WriteReceipt(new.id, "accepted", "queued for the workers")
+                else:
+                    receipts[index] = self._resolve_conflict(conn, new)
+        if inserted:
+            self._publish(batch[inserted[0]].id)
+        return [receipt for receipt in receipts if receipt is not None]
+
+    def _record_drop(self, conn: Any, new: NewMemory, reason: str) -> None:
+        conn.execute(
+            INSERT_DECISION, (new.id, new.tenant_id, 1, "drop", None, None, reason, "rules")
+        )
+
+    def _resolve_conflict(self, conn: Any, new: NewMemory) -> WriteReceipt:
+        conflict = find_conflict(conn, new)
+        if conflict is None:  # deleted between the insert and this look: write it again
+            row = conn.execute(INSERT_MEMORY_WITH_JOB, memory_params(new)).fetchone()
+            if row is not None:
+                self._publish(new.id)
+                return WriteReceipt(new.id, "accepted", "queued for the write workers")
+            raise RuntimeError(f"memory {new.id} conflicts but cannot be found")
+        if conflict.same_id:
+            if not conflict.same_content:
+                raise InvalidInput(
+                    "idempotency_key",
+                    f"{new.idempotency_key!r} was already used for different content "
+                    f"(memory {conflict.existing_id})",
+                )
+            return WriteReceipt(conflict.existing_id, "duplicate", "idempotent replay")
+        reason = f"exact repeat of memory {conflict.existing_id} in this session"
+        self._record_drop(conn, new, reason)
+        return WriteReceipt(conflict.existing_id, "duplicate", reason)
+
+    def _publish(self, memory_id: uuid.UUID) -> None:
+        try:
+            publish_drain(self._redis, self._app, str(memory_id))
+        except Exception as exc:
+            # Committed already: the outbox relay publishes it again when the broker is back.
+            log.warning("publish after commit failed (%s); the relay will retry", exc)
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def get(self, memory_id: uuid.UUID | str, *, tenant_id: str) -> EpisodicMemory | None:
+        with self._pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+            cur.execute(
+                "SELECT * FROM memories WHERE id = %s AND tenant_id = %s",
+                (str(memory_id), tenant_id),
+            )
+            row = cur.fetchone()
+        if row is None:
+            return None
+        return EpisodicMemory(
+            id=row["id"],
+            tenant_id=row["tenant_id"],
+            user_id=row["user_id"],
+            agent_id=row["agent_id"],
+            task_id=row["task_id"],
+            session_id=row["session_id"],
+            timestamp=row["ts"],
+            type=row["type"],
+            content=row["content"],
+            summary=row["summary"],
+            embedding_version=row["embedding_version"],
+            importance=row["importance"],
+            access_count=row["access_count"],
+            last_accessed_at=row["last_accessed_at"],
+            related_memory_ids=tuple(row["related_ids"]),
+            decay_factor=row["decay_factor"],
+            level=row["level"],
+            modality=row["modality"],
+            metadata=row["metadata"],
+            status=row["status"],
+            status_reason=row["status_reason"],
+        )
+
+    def recall(
+        self,
+        query: str,
+        *,
+        tenant_id: str,
+        task_id: str | None = None,
+        limit: int = 5,
+        timeout_s: float = 10.0,
+    ) -> list[dict[str, Any]]:
+        """Dense recall inside the tenant's scope, answered by the store's owner process."""
+        text = prepare_write(
+            query, tenant_id=tenant_id, task_id=task_id or "recall", session_id="recall"
+        ).content
+        if not 1 <= limit <= 100:
+            raise InvalidInput("limit", f"must be between 1 and 100, got {limit}", "100")
+        result = self._app.send_task(
+            "memory.recall.search",
+            kwargs={"tenant_id": tenant_id, "query": text, "task_id": task_id, "limit": limit},
+            queue="recall",
+        )
+        hits: list[dict[str, Any]] = result.get(timeout=timeout_s)
+        return hits
+
+    def wait_until_settled(
+        self, memory_ids: Iterable[uuid.UUID], *, timeout_s: float = 30.0
+    ) -> dict[str, int]:
+        """Block until none of ``memory_ids`` is pending; returns the count per status."""
+        ids = [str(memory_id) for memory_id in memory_ids]
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with self._pool.connection() as conn:
+                rows = conn.execute(
+                    "SELECT status, count(*) FROM memories WHERE id = ANY(%s::uuid[]) GROUP BY 1",
+                    (ids,),
+                ).fetchall()
+            counts = {str(status): int(n) for status, n in rows}
+            if counts.get(MemoryStatus.PENDING.value, 0) == 0:
+                return counts
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"still pending after {timeout_s:.0f}s: {counts}")
+            time.sleep(0.05)
+
+    def stats(self, tenant_id: str | None = None) -> dict[str, int]:
+        with self._pool.connection() as conn:
+            return funnel(conn, tenant_id)

@@ -1,0 +1,140 @@
+"""Start and stop the real processes of a node: Celery workers, beat and Flower.
+
+Used by ``make demo`` and by the integration tests' fixtures; each process gets its own
+process group so a stop (or a SIGKILL in a crash test) reaches its pool children too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import redis
+
+
+@dataclass
+class Managed:
+    name: str
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+    log_offset: int = 0
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        """Signal the whole process group: the worker and its pool children."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, sig)
+
+    def stop(self, timeout_s: float = 15.0) -> None:
+        if not self.alive():
+            return
+        self.kill(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.kill(signal.SIGKILL)
+            self.proc.wait(timeout=5)
+
+    def log_text(self) -> str:
+        """What this process wrote, without earlier runs' lines in the same file."""
+        try:
+            with self.log_path.open("rb") as handle:
+                handle.seek(self.log_offset)
+                return handle.read().decode("utf-8", errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log_text().splitlines()[-lines:])
+
+
+def _spawn(name: str, argv: Sequence[str], env: Mapping[str, str] | None, log_dir: Path) -> Managed:
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / f"{name}.log"
+    offset = log_path.stat().st_size if log_path.exists() else 0
+    handle = log_path.open("ab")
+    full_env = dict(os.environ)
+    if env:
+        full_env.update(env)
+    proc = subprocess.Popen(
+        list(argv),
+        stdout=handle,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        env=full_env,
+        start_new_session=True,
+    )
+    handle.close()
+    return Managed(name, proc, log_path, offset)
+
+
+def start_worker(
+    name: str,
+    queues: Sequence[str],
+    *,
+    concurrency: int = 1,
+    env: Mapping[str, str] | None = None,
+    log_dir: Path = Path("var/log"),
+    loglevel: str = "INFO",
+) -> Managed:
+    argv = [
+        sys.executable, "-m", "celery", "-A", "workers.app:app", "worker",
+        "-Q", ",".join(queues), "-c", str(concurrency), "-n", f"{name}@%h",
+        "-E", "--loglevel", loglevel, "--without-gossip", "--without-mingle",
+    ]  # fmt: skip
+    return _spawn(name, argv, env, log_dir)
+
+
+def start_beat(*, env: Mapping[str, str] | None = None, log_dir: Path = Path("var/log")) -> Managed:
+    schedule = log_dir / "celerybeat-schedule"
+    argv = [
+        sys.executable, "-m", "celery", "-A", "workers.app:app", "beat",
+        "--loglevel", "INFO", "-s", str(schedule),
+    ]  # fmt: skip
+    return _spawn("beat", argv, env, log_dir)
+
+
+def start_flower(
+    *,
+    port: int,
+    basic_auth: str,
+    env: Mapping[str, str] | None = None,
+    log_dir: Path = Path("var/log"),
+) -> Managed:
+    argv = [
+        sys.executable, "-m", "celery", "-A", "workers.app:app", "flower",
+        f"--port={port}", "--address=127.0.0.1", f"--basic-auth={basic_auth}",
+    ]  # fmt: skip
+    return _spawn("flower", argv, env, log_dir)
+
+
+def wait_for_worker(managed: Managed, *, timeout_s: float = 60.0) -> None:
+    """Wait until the worker logs that it is ready (it then consumes from its queues)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not managed.alive():
+            raise RuntimeError(f"{managed.name} exited early:\n{managed.log_tail()}")
+        if " ready." in managed.log_text():
+            return
+        time.sleep(0.1)
+    raise TimeoutError(f"{managed.name} not ready after {timeout_s}s:\n{managed.log_tail()}")
+
+
+def broker_ok(redis_url: str) -> bool:
+    try:
+        return bool(redis.Redis.from_url(redis_url, socket_timeout=1).ping())
+    except redis.RedisError:
+        return False

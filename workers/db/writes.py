@@ -1,0 +1,312 @@
+"""SQL of the write path: the synchronous insert, the outbox claims and the batch finish.
+
+Every statement is idempotent: inserts use ``ON CONFLICT DO NOTHING`` on deterministic ids,
+updates are conditional on the state they expect, so a replayed message changes nothing.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from psycopg import Connection
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from pipelines.records import NewMemory
+from pipelines.write_filter import TierVerdict
+
+WRITE_JOB = "write"
+
+# One round trip: the memory and its outbox row, inserted by one statement, so both or
+# neither exist. A conflict (same id, or an exact repeat in the session) inserts nothing.
+INSERT_MEMORY_WITH_JOB = """
+WITH m AS (
+    INSERT INTO memories (id, tenant_id, user_id, agent_id, task_id, session_id, ts, type,
+                          content, content_hash, idempotency_key, modality, metadata)
+    VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+    ON CONFLICT DO NOTHING
+    RETURNING id
+)
+INSERT INTO jobs (kind, memory_id) SELECT 'write', id FROM m RETURNING memory_id
+"""
+
+FIND_CONFLICT = """
+SELECT id, content_hash FROM memories
+WHERE id = %s
+   OR (tenant_id = %s AND task_id = %s AND session_id = %s AND content_hash = %s AND level = 0)
+ORDER BY (id = %s) DESC
+LIMIT 1
+"""
+
+INSERT_DECISION = """
+INSERT INTO write_decisions (memory_id, tenant_id, tier, verdict, memory_type, confidence,
+                             reason, source)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s)
+ON CONFLICT (memory_id, tier) DO NOTHING
+"""
+
+
+def memory_params(new: NewMemory) -> tuple[Any, ...]:
+    return (
+        new.id,
+        new.tenant_id,
+        new.user_id,
+        new.agent_id,
+        new.task_id,
+        new.session_id,
+        new.timestamp,
+        new.type.value if new.type else None,
+        new.content,
+        new.content_hash,
+        new.idempotency_key,
+        new.modality.value,
+        Jsonb(new.metadata),
+    )
+
+
+@dataclass(frozen=True)
+class Conflict:
+    existing_id: uuid.UUID
+    same_id: bool
+    same_content: bool
+
+
+def find_conflict(conn: Connection[Any], new: NewMemory) -> Conflict | None:
+    row = conn.execute(
+        FIND_CONFLICT,
+        (new.id, new.tenant_id, new.task_id, new.session_id, new.content_hash, new.id),
+    ).fetchone()
+    if row is None:
+        return None
+    existing_id, content_hash = row
+    return Conflict(
+        existing_id=existing_id,
+        same_id=existing_id == new.id,
+        same_content=bytes(content_hash) == new.content_hash,
+    )
+
+
+# -- outbox claims -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ClaimedJob:
+    job_id: int
+    memory_id: uuid.UUID
+    attempts: int
+    last_error: str | None
+
+
+CLAIM_JOBS = """
+UPDATE jobs SET status = 'running', attempts = attempts + 1,
+                lease_until = now() + make_interval(secs => %(lease_s)s), updated_at = now()
+WHERE id IN (
+    SELECT id FROM jobs
+    WHERE kind = %(kind)s AND status IN ('pending', 'running') AND lease_until <= now()
+    ORDER BY lease_until, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+RETURNING id, memory_id, attempts, last_error
+"""
+
+
+def claim_jobs(conn: Connection[Any], *, kind: str, limit: int, lease_s: float) -> list[ClaimedJob]:
+    """Take up to ``limit`` due jobs: pending ones, and running ones whose worker died."""
+    rows = conn.execute(CLAIM_JOBS, {"kind": kind, "limit": limit, "lease_s": lease_s}).fetchall()
+    return [ClaimedJob(*row) for row in rows]
+
+
+def fetch_memories(conn: Connection[Any], ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Any]:
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(
+            "SELECT id, tenant_id, user_id, agent_id, task_id, session_id, ts, type, content, "
+            "level, modality, status FROM memories WHERE id = ANY(%s)",
+            (list(ids),),
+        )
+        return {row["id"]: row for row in cur.fetchall()}
+
+
+@dataclass(frozen=True)
+class StoredResult:
+    job_id: int
+    memory_id: uuid.UUID
+    tenant_id: str
+    memory_type: str
+    importance: float
+    summary: str
+    embedding_version: str
+    verdicts: tuple[TierVerdict, ...]
+
+
+@dataclass(frozen=True)
+class DiscardedResult:
+    job_id: int
+    memory_id: uuid.UUID
+    tenant_id: str
+    memory_type: str
+    reason: str
+    verdicts: tuple[TierVerdict, ...]
+
+
+@dataclass(frozen=True)
+class DeadResult:
+    job_id: int
+    memory_id: uuid.UUID
+    tenant_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class RetryResult:
+    job_id: int
+    error: str
+    backoff_s: float
+
+
+def _decision_rows(
+    memory_id: uuid.UUID, tenant_id: str, verdicts: Sequence[TierVerdict]
+) -> list[tuple[Any, ...]]:
+    return [
+        (
+            memory_id,
+            tenant_id,
+            v.tier,
+            "keep" if v.keep else "drop",
+            v.type.value,
+            v.confidence,
+            v.reason,
+            v.source,
+        )
+        for v in verdicts
+    ]
+
+
+def finish_batch(
+    conn: Connection[Any],
+    *,
+    stored: Sequence[StoredResult],
+    discarded: Sequence[DiscardedResult],
+    dead: Sequence[DeadResult],
+    retries: Sequence[RetryResult],
+    done_job_ids: Sequence[int],
+) -> None:
+    """Apply a whole batch in one transaction: the old state or the new, never half.
+
+    Memory updates are conditional on ``status = 'pending'``; a job is closed only while it is
+    still ``running`` under this claim, so a replay of the same batch changes nothing.
+    """
+    with conn.transaction(), conn.cursor() as cur:
+        if stored:
+            cur.executemany(
+                "UPDATE memories SET status = 'stored', status_reason = NULL, type = %s, "
+                "importance = %s, summary = %s, embedding_version = %s, updated_at = now() "
+                "WHERE id = %s AND status = 'pending'",
+                [
+                    (r.memory_type, r.importance, r.summary, r.embedding_version, r.memory_id)
+                    for r in stored
+                ],
+            )
+        if discarded:
+            cur.executemany(
+                "UPDATE memories SET status = 'discarded', status_reason = %s, type = %s, "
+                "updated_at = now() WHERE id = %s AND status = 'pending'",
+                [(r.reason, r.memory_type, r.memory_id) for r in discarded],
+            )
+        if dead:
+            cur.executemany(
+                "UPDATE memories SET status = 'dead', status_reason = %s, updated_at = now() "
+                "WHERE id = %s AND status = 'pending'",
+                [(r.reason, r.memory_id) for r in dead],
+            )
+            cur.executemany(
+                "UPDATE jobs SET status = 'dead', dead_reason = %s, updated_at = now() "
+                "WHERE id = %s AND status = 'running'",
+                [(r.reason, r.job_id) for r in dead],
+            )
+            cur.executemany(
+                INSERT_DECISION,
+                [
+                    (r.memory_id, r.tenant_id, 2, "dead", None, None, r.reason, "worker")
+                    for r in dead
+                ],
+            )
+        decisions: list[tuple[Any, ...]] = []
+        for kept in stored:
+            decisions.extend(_decision_rows(kept.memory_id, kept.tenant_id, kept.verdicts))
+        for dropped in discarded:
+            decisions.extend(_decision_rows(dropped.memory_id, dropped.tenant_id, dropped.verdicts))
+        if decisions:
+            cur.executemany(INSERT_DECISION, decisions)
+        if retries:
+            cur.executemany(
+                "UPDATE jobs SET status = 'pending', last_error = %s, "
+                "lease_until = now() + make_interval(secs => %s), updated_at = now() "
+                "WHERE id = %s AND status = 'running'",
+                [(r.error[:2000], r.backoff_s, r.job_id) for r in retries],
+            )
+        finished = [*done_job_ids, *(r.job_id for r in stored), *(r.job_id for r in discarded)]
+        if finished:
+            cur.execute(
+                "UPDATE jobs SET status = 'done', updated_at = now() "
+                "WHERE id = ANY(%s) AND status = 'running'",
+                (finished,),
+            )
+
+
+# -- relay ---------------------------------------------------------------------------------
+
+
+def count_due_jobs(conn: Connection[Any], *, kind: str, grace_s: float) -> int:
+    """Jobs that are due and have waited longer than ``grace_s``: their message was lost or
+    their worker died, so the relay has to publish them again."""
+    row = conn.execute(
+        "SELECT count(*) FROM jobs WHERE kind = %s AND status IN ('pending', 'running') "
+        "AND lease_until <= now() - make_interval(secs => %s)",
+        (kind, grace_s),
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def oldest_due_age_s(conn: Connection[Any], *, kind: str) -> float | None:
+    row = conn.execute(
+        "SELECT extract(epoch FROM now() - min(lease_until)) FROM jobs "
+        "WHERE kind = %s AND status IN ('pending', 'running') AND lease_until <= now()",
+        (kind,),
+    ).fetchone()
+    return float(row[0]) if row and row[0] is not None else None
+
+
+# -- read side used by the CLI, the demo and the tests -------------------------------------
+
+
+def funnel(conn: Connection[Any], tenant_id: str | None = None) -> dict[str, int]:
+    """How many writes stopped at each tier, and where the rest are now."""
+    where = "WHERE tenant_id = %s" if tenant_id else ""
+    params: tuple[Any, ...] = (tenant_id,) if tenant_id else ()
+    counts: dict[str, int] = {}
+    for tier, verdict, n in conn.execute(
+        f"SELECT tier, verdict, count(*) FROM write_decisions {where} GROUP BY 1, 2", params
+    ).fetchall():
+        counts[f"tier{tier}_{verdict}"] = int(n)
+    for status, n in conn.execute(
+        f"SELECT status, count(*) FROM memories {where} GROUP BY 1", params
+    ).fetchall():
+        counts[f"memories_{status}"] = int(n)
+    job_where = (
+        "WHERE memory_id IN (SELECT id FROM memories WHERE tenant_id = %s)" if tenant_id else ""
+    )
+    for status, n in conn.execute(
+        f"SELECT status, count(*) FROM jobs {job_where} GROUP BY 1", params
+    ).fetchall():
+        counts[f"jobs_{status}"] = int(n)
+    return counts
+
+
+def last_stored_at(conn: Connection[Any]) -> datetime | None:
+    row = conn.execute("SELECT max(updated_at) FROM memories WHERE status = 'stored'").fetchone()
+    return row[0] if row else None

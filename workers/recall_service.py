@@ -1,0 +1,49 @@
+"""Dense recall: embed the query, search inside the tenant's scope, read the rows back.
+
+This is the foundation's read path; the full pipeline (rewrites, sparse and temporal recall,
+rerank, budgeted assembly) builds on it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from psycopg.rows import dict_row
+
+from workers.context import WorkerContext
+
+
+def recall(
+    ctx: WorkerContext, *, tenant_id: str, query: str, task_id: str | None, limit: int
+) -> list[dict[str, Any]]:
+    vector = ctx.embedder.embed([query])[0]
+    hits = ctx.vectors.search(
+        ctx.episodic_collection, vector, tenant_id=tenant_id, task_id=task_id, limit=limit
+    )
+    if not hits:
+        return []
+    with ctx.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(
+            "SELECT id, task_id, session_id, ts, type, content, summary, importance "
+            "FROM memories WHERE id = ANY(%s) AND tenant_id = %s AND status = 'stored'",
+            ([hit.id for hit in hits], tenant_id),
+        )
+        rows = {row["id"]: row for row in cur.fetchall()}
+    results = []
+    for hit in hits:
+        row = rows.get(hit.id)
+        if row is None:
+            continue
+        results.append(
+            {
+                "id": str(row["id"]),
+                "score": round(hit.score, 4),
+                "task_id": row["task_id"],
+                "session_id": row["session_id"],
+                "timestamp": row["ts"].isoformat(),
+                "type": row["type"],
+                "content": row["content"],
+                "importance": row["importance"],
+            }
+        )
+    return results

@@ -1,0 +1,131 @@
+"""``memharness_task``: the one way to declare a task, with the project's defaults.
+
+Celery turns a misspelled option into a silent class attribute; this decorator refuses
+unknown options, pins the name to its queue, retries transient errors with backoff and
+jitter, counts runs for ``memharness stats``, and dead-letters a task whose retries ran out.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import re
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import psycopg
+import redis
+from celery import Task
+from celery.exceptions import SoftTimeLimitExceeded
+
+from pipelines.ports import TransientLLMError
+from workers.app import app
+from workers.context import get_context
+from workers.queues import CeleryQueue
+
+log = logging.getLogger(__name__)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+NAME_RE = re.compile(r"^memory\.[a-z]+\.[a-z][a-z0-9_]*$")
+
+# Errors worth another try: the database or broker blinked, the model was busy.
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
+    psycopg.OperationalError,
+    redis.ConnectionError,
+    redis.TimeoutError,
+    TransientLLMError,
+)
+
+ALLOWED_OPTIONS = frozenset({"ignore_result", "soft_time_limit", "time_limit", "rate_limit"})
+
+METRICS_KEY = "memharness:metrics:{name}"
+
+REGISTERED: dict[str, CeleryQueue] = {}
+
+
+class MemharnessTask(Task[Any, Any]):
+    """Records a dead letter when a task fails for good (retries exhausted or permanent)."""
+
+    abstract = True
+
+    def on_failure(
+        self, exc: BaseException, task_id: str, args: Any, kwargs: Any, einfo: Any
+    ) -> None:
+        reason = f"{type(exc).__name__}: {exc}"[:2000]
+        log.error("task %s[%s] failed for good: %s", self.name, task_id, reason)
+        try:
+            payload = json.dumps({"args": list(args or ()), "kwargs": dict(kwargs or {})})
+            with get_context().pool.connection() as conn:
+                conn.execute(
+                    "INSERT INTO dead_letters (task_name, task_id, args, reason) "
+                    "VALUES (%s, %s, %s, %s) ON CONFLICT (task_id) DO NOTHING",
+                    (self.name, task_id, payload, reason),
+                )
+        except Exception:  # the store may be what failed; the log line above stays
+            log.exception("could not record the dead letter of %s[%s]", self.name, task_id)
+
+
+def _count(name: str, outcome: str, elapsed_s: float) -> None:
+    try:
+        pipe = get_context().redis.pipeline(transaction=False)
+        key = METRICS_KEY.format(name=name)
+        pipe.hincrby(key, outcome, 1)
+        pipe.hincrbyfloat(key, "seconds", elapsed_s)
+        pipe.execute()
+    except redis.RedisError:
+        log.warning("metrics for %s not recorded: Redis unavailable", name)
+
+
+def memharness_task(
+    name: str,
+    *,
+    queue: CeleryQueue,
+    retry_on: tuple[type[BaseException], ...] = TRANSIENT_ERRORS,
+    max_retries: int = 5,
+    **options: Any,
+) -> Callable[[F], Any]:
+    if not NAME_RE.fullmatch(name):
+        raise ValueError(f"task name {name!r} must look like memory.<queue>.<verb_noun>")
+    if not name.startswith(f"memory.{queue.value}."):
+        raise ValueError(f"task {name!r} must live on its queue's prefix memory.{queue.value}.")
+    unknown = set(options) - ALLOWED_OPTIONS
+    if unknown:
+        raise TypeError(f"unknown task option(s) for {name}: {', '.join(sorted(unknown))}")
+    if name in REGISTERED:
+        raise ValueError(f"task {name!r} is declared twice")
+
+    def decorate(fn: F) -> Any:
+        @functools.wraps(fn)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                result = fn(*args, **kwargs)
+            except retry_on:
+                _count(name, "retried", time.perf_counter() - started)
+                raise
+            except SoftTimeLimitExceeded:
+                _count(name, "timed_out", time.perf_counter() - started)
+                raise
+            except Exception:
+                _count(name, "failed", time.perf_counter() - started)
+                raise
+            _count(name, "succeeded", time.perf_counter() - started)
+            return result
+
+        REGISTERED[name] = queue
+        return app.task(  # type: ignore[no-untyped-call]
+            name=name,
+            queue=queue.value,
+            base=MemharnessTask,
+            autoretry_for=retry_on,
+            retry_backoff=True,
+            retry_backoff_max=60,
+            retry_jitter=True,
+            max_retries=max_retries,
+            **options,
+        )(run)
+
+    return decorate

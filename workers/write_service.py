@@ -1,0 +1,265 @@
+"""The ``write`` queue's work: claim due outbox jobs in a batch, decide, summarise, embed,
+upsert vectors, then record every outcome in one transaction.
+
+Messages are coalesced: ``record()`` publishes a drain only when none is already queued (a
+Redis flag), and a drain takes every due job, so a burst of writes costs a few tasks rather
+than one per write. The outbox in PostgreSQL, not the message, is what guarantees delivery.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import redis
+from celery import Celery
+
+from pipelines.ports import LLM, LLMError, TransientLLMError, VectorPoint
+from pipelines.records import MemoryType
+from pipelines.summarize import needs_summary
+from pipelines.write_filter import WriteOutcome, decide_write
+from workers.adapters.llm_offline import OfflineLLM
+from workers.context import WorkerContext
+from workers.db.writes import (
+    WRITE_JOB,
+    ClaimedJob,
+    DeadResult,
+    DiscardedResult,
+    RetryResult,
+    StoredResult,
+    claim_jobs,
+    fetch_memories,
+    finish_batch,
+)
+
+log = logging.getLogger(__name__)
+
+DRAIN_TASK = "memory.write.drain"
+DRAIN_FLAG = "memharness:write:drain-queued"
+# How long the "a drain is queued" flag may outlive a lost message: after this a new write
+# publishes again even if the flag's drain never ran. Ten seconds bounds the extra delay of
+# a lost message without letting a backlog publish one drain per write.
+DRAIN_FLAG_TTL_S = 10
+SUMMARY_MAX_WORDS = 60
+# With a remote model every item costs a network call of up to llm_timeout_s; a small batch
+# keeps the whole claim well inside its lease.
+REMOTE_LLM_BATCH = 8
+
+
+def publish_drain(r: redis.Redis, app: Celery, trigger_id: str | None) -> bool:
+    """Publish a drain unless one is queued already. Returns True when a task was sent.
+
+    Called after COMMIT. A failure here loses nothing: the job is in the outbox and the relay
+    publishes it again; the caller only logs.
+    """
+    if not r.set(DRAIN_FLAG, trigger_id or "relay", nx=True, ex=DRAIN_FLAG_TTL_S):
+        return False
+    try:
+        app.send_task(DRAIN_TASK, kwargs={"trigger_id": trigger_id}, queue="write")
+    except Exception:
+        r.delete(DRAIN_FLAG)
+        raise
+    return True
+
+
+@dataclass
+class DrainReport:
+    claimed: int = 0
+    stored: int = 0
+    discarded: int = 0
+    dead: int = 0
+    retried: int = 0
+    already_done: int = 0
+    more: bool = False
+    reasons: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "claimed": self.claimed,
+            "stored": self.stored,
+            "discarded": self.discarded,
+            "dead": self.dead,
+            "retried": self.retried,
+            "already_done": self.already_done,
+            "more": self.more,
+        }
+
+
+def backoff_s(base_s: float, attempts: int) -> float:
+    """Exponential backoff with full jitter, capped at five minutes."""
+    ceiling: float = min(300.0, base_s * (2 ** max(0, attempts - 1)))
+    return ceiling / 2 + random.uniform(0, ceiling / 2)
+
+
+def drain_writes(ctx: WorkerContext) -> DrainReport:
+    """Claim one batch of due write jobs and finish it. ``more`` says whether to go on."""
+    settings = ctx.settings
+    try:
+        ctx.redis.delete(DRAIN_FLAG)  # writes from now on publish a fresh drain
+    except redis.RedisError:
+        log.warning("drain flag not cleared: Redis unavailable; the relay covers new writes")
+    limit = settings.write_batch_size
+    if settings.llm_is_remote:
+        limit = min(limit, REMOTE_LLM_BATCH)
+    with ctx.pool.connection() as conn:
+        jobs = claim_jobs(conn, kind=WRITE_JOB, limit=limit, lease_s=settings.job_lease_s)
+    report = DrainReport(claimed=len(jobs))
+    if jobs:
+        process_batch(ctx, jobs, report)
+    report.more = len(jobs) == limit
+    return report
+
+
+def _decide(
+    ctx: WorkerContext, job: ClaimedJob, content: str, type_hint: MemoryType | None
+) -> tuple[WriteOutcome, str | None]:
+    """Tier 2/3 with the configured LLM; on the last attempt, the fallback policy."""
+    try:
+        outcome = decide_write(content, type_hint, ctx.llm)
+    except TransientLLMError as exc:
+        if job.attempts < ctx.settings.job_max_attempts or ctx.settings.llm_fallback != "offline":
+            raise
+        outcome = decide_write(content, type_hint, OfflineLLM())
+        note = f"fallback to offline rules after {job.attempts} attempts: {exc}"
+        verdicts = tuple(
+            v.model_copy(update={"source": "offline-fallback", "reason": f"{v.reason} ({note})"})
+            for v in outcome.verdicts
+        )
+        return outcome.model_copy(update={"verdicts": verdicts}), note
+    return outcome, None
+
+
+def _summarise(llm: LLM, content: str) -> str:
+    if not needs_summary(content):
+        return content
+    try:
+        return llm.summarize(content, SUMMARY_MAX_WORDS)
+    except LLMError as exc:
+        if isinstance(exc, TransientLLMError):
+            raise
+        return OfflineLLM().summarize(content, SUMMARY_MAX_WORDS)
+
+
+def process_batch(ctx: WorkerContext, jobs: list[ClaimedJob], report: DrainReport) -> None:
+    settings = ctx.settings
+    with ctx.pool.connection() as conn:
+        memories = fetch_memories(conn, [job.memory_id for job in jobs])
+    stored: list[StoredResult] = []
+    discarded: list[DiscardedResult] = []
+    dead: list[DeadResult] = []
+    retries: list[RetryResult] = []
+    done: list[int] = []
+    kept: list[tuple[ClaimedJob, dict[str, Any], WriteOutcome, str]] = []
+    deadline = time.monotonic() + settings.write_drain_deadline_s
+
+    for job in jobs:
+        row = memories.get(job.memory_id)
+        if row is None or row["status"] != "pending":
+            done.append(job.job_id)  # a replay: the work is already done
+            report.already_done += 1
+            continue
+        if job.attempts > settings.job_max_attempts:
+            reason = (
+                f"gave up after {job.attempts - 1} attempts; last error: "
+                f"{job.last_error or 'worker lost before finishing (lease expired)'}"
+            )
+            dead.append(DeadResult(job.job_id, job.memory_id, row["tenant_id"], reason))
+            continue
+        if time.monotonic() > deadline:
+            # Out of time: hand the job back untouched, without spending an attempt.
+            retries.append(RetryResult(job.job_id, "released at drain deadline", 0.0))
+            continue
+        type_hint = MemoryType(row["type"]) if row["type"] else None
+        try:
+            outcome, _ = _decide(ctx, job, row["content"], type_hint)
+            summary = _summarise(ctx.llm, row["content"]) if outcome.keep else ""
+        except TransientLLMError as exc:
+            if job.attempts >= settings.job_max_attempts:
+                reason = f"LLM unavailable after {job.attempts} attempts: {exc}"
+                dead.append(DeadResult(job.job_id, job.memory_id, row["tenant_id"], reason))
+            else:
+                wait = backoff_s(settings.job_retry_base_s, job.attempts)
+                retries.append(RetryResult(job.job_id, f"{exc}", wait))
+            continue
+        except LLMError as exc:  # permanent: a refused request, a bad key
+            reason = f"LLM refused the request: {type(exc).__name__}: {exc}"
+            dead.append(DeadResult(job.job_id, job.memory_id, row["tenant_id"], reason))
+            continue
+        if outcome.keep:
+            kept.append((job, row, outcome, summary))
+        else:
+            discarded.append(
+                DiscardedResult(
+                    job.job_id,
+                    job.memory_id,
+                    row["tenant_id"],
+                    outcome.type.value,
+                    outcome.reason,
+                    outcome.verdicts,
+                )
+            )
+
+    if kept:
+        try:
+            vectors = ctx.embedder.embed([row["content"] for _, row, _, _ in kept])
+        except TransientLLMError as exc:
+            for job, *_ in kept:
+                wait = backoff_s(settings.job_retry_base_s, job.attempts)
+                retries.append(RetryResult(job.job_id, f"embedding: {exc}", wait))
+            kept = []
+            vectors = []
+        if kept:
+            collection = ctx.episodic_collection
+            ctx.vectors.ensure_collection(collection, ctx.embedder.dim)
+            # Point id = memory id: a replayed upsert overwrites the same point.
+            ctx.vectors.upsert(
+                collection,
+                [
+                    VectorPoint(id=job.memory_id, vector=vector, payload=_payload(row, outcome))
+                    for (job, row, outcome, _), vector in zip(kept, vectors, strict=True)
+                ],
+            )
+            stored = [
+                StoredResult(
+                    job.job_id,
+                    job.memory_id,
+                    row["tenant_id"],
+                    outcome.type.value,
+                    outcome.importance,
+                    summary,
+                    ctx.embedder.version,
+                    outcome.verdicts,
+                )
+                for job, row, outcome, summary in kept
+            ]
+
+    with ctx.pool.connection() as conn:
+        finish_batch(
+            conn, stored=stored, discarded=discarded, dead=dead, retries=retries, done_job_ids=done
+        )
+    report.stored += len(stored)
+    report.discarded += len(discarded)
+    report.dead += len(dead)
+    report.retried += len(retries)
+    for result in dead:
+        log.warning("memory %s dead-lettered: %s", result.memory_id, result.reason)
+
+
+def _payload(row: dict[str, Any], outcome: WriteOutcome) -> dict[str, Any]:
+    ts: datetime = row["ts"]
+    return {
+        "tenant_id": row["tenant_id"],
+        "user_id": row["user_id"],
+        "agent_id": row["agent_id"],
+        "task_id": row["task_id"],
+        "session_id": row["session_id"],
+        "level": int(row["level"]),
+        "ts": ts.timestamp(),
+        "type": outcome.type.value,
+        "importance": outcome.importance,
+        "modality": row["modality"],
+    }
