@@ -16,7 +16,11 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
-        env_prefix="MEMHARNESS_", env_file=None, extra="ignore", frozen=True
+        env_prefix="MEMHARNESS_",
+        env_file=None,
+        extra="ignore",
+        frozen=True,
+        env_ignore_empty=True,
     )
 
     # -- stores ---------------------------------------------------------------------------
@@ -31,12 +35,17 @@ class Settings(BaseSettings):
         description="Redis: Celery broker, drain flag, locks and activity timestamps.",
     )
     qdrant_url: str = Field(
-        "", description="Qdrant server URL. Empty: qdrant-client local mode at qdrant_path."
+        "", description="Qdrant server URL. Empty: the embedded engine at qdrant_path."
     )
     qdrant_api_key: SecretStr | None = Field(None, description="API key of the Qdrant server.")
     qdrant_path: Path = Field(
         Path("var/qdrant"),
-        description="Directory of the embedded (local-mode) store; one owner process only.",
+        description="Directory of the embedded store; one owner process only.",
+    )
+    embedded_engine: Literal["edge", "local"] = Field(
+        "edge",
+        description="Embedded vector engine without qdrant_url: qdrant-edge-py or "
+        "qdrant-client local mode (small stores only).",
     )
     collection_prefix: str = Field(
         "memharness", description="Prefix of the vector collections (episodic, semantic)."
@@ -86,6 +95,11 @@ class Settings(BaseSettings):
     job_max_attempts: int = Field(5, ge=1, description="Attempts before a job is dead-lettered.")
     job_retry_base_s: float = Field(2.0, gt=0, description="First retry backoff (doubles).")
     relay_interval_s: float = Field(15.0, gt=0, description="Period of the outbox relay.")
+
+    # -- checkpoints ----------------------------------------------------------------------
+    checkpoint_keep_last: int = Field(
+        20, ge=1, description="Checkpoints kept per task besides phase transitions."
+    )
 
     # -- Celery ---------------------------------------------------------------------------
     broker_visibility_timeout_s: int = Field(

@@ -9,6 +9,8 @@ import sys
 from collections.abc import Callable, Sequence
 
 from config import get_settings
+from memharness.checkpoint_cli import register as register_checkpoints
+from memharness.checkpoint_cli import register_bench
 
 
 def _cmd_migrate(args: argparse.Namespace) -> int:
@@ -66,7 +68,13 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     if args.which == "write-path":
         from memharness.bench.write_path import run
 
-        return run(get_settings(), records=args.records, noop_tasks=args.noop_tasks)
+        return run(
+            get_settings(),
+            records=args.records,
+            noop_tasks=args.noop_tasks,
+            producers=args.producers,
+            latency_samples=args.latency_samples,
+        )
     raise AssertionError(args.which)
 
 
@@ -105,7 +113,12 @@ def build_parser() -> argparse.ArgumentParser:
     b = bench.add_parser("write-path", help="record() latency vs floor, ingest vs no-op tasks")
     b.add_argument("--records", type=int, default=5000)
     b.add_argument("--noop-tasks", type=int, default=5000)
+    b.add_argument("--producers", type=int, default=4, help="threads calling record()")
+    b.add_argument("--latency-samples", type=int, default=2000)
+    register_bench(bench)
     p.set_defaults(func=_cmd_bench)
+
+    register_checkpoints(sub)
     return parser
 
 

@@ -18,6 +18,8 @@ from celery import Celery
 from psycopg.rows import dict_row
 
 from config import Settings, get_settings
+from memharness.checkpoints import CheckpointService, ResumeResult
+from pipelines.checkpoint import TaskState
 from pipelines.records import (
     EpisodicMemory,
     InvalidInput,
@@ -64,6 +66,7 @@ class MemoryClient:
 
             app = create_app(self.settings)
         self._app = app
+        self._checkpoints: CheckpointService | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -220,6 +223,35 @@ class MemoryClient:
         except Exception as exc:
             # Committed already: the outbox relay publishes it again when the broker is back.
             log.warning("publish after commit failed (%s); the relay will retry", exc)
+
+    # -- task checkpoints -------------------------------------------------------------------
+
+    @property
+    def checkpoints(self) -> CheckpointService:
+        """The checkpoint store (list, show, verify besides the three calls below)."""
+        if self._checkpoints is None:
+            from workers.adapters import build_llm
+
+            self._checkpoints = CheckpointService(
+                self._pool, build_llm(self.settings), keep_last=self.settings.checkpoint_keep_last
+            )
+        return self._checkpoints
+
+    def checkpoint(
+        self, tenant_id: str, task_id: str, state: TaskState, *, phase_transition: bool = False
+    ) -> uuid.UUID:
+        """Save where the agent is: one transaction; returns the checkpoint id."""
+        return self.checkpoints.checkpoint(
+            tenant_id, task_id, state, phase_transition=phase_transition
+        )
+
+    def resume(self, tenant_id: str, task_id: str) -> ResumeResult | None:
+        """The newest checkpoint whose checksum holds, calibrated; None if none was saved."""
+        return self.checkpoints.resume(tenant_id, task_id)
+
+    def rollback(self, tenant_id: str, task_id: str, checkpoint_id: uuid.UUID | str) -> uuid.UUID:
+        """Make an earlier checkpoint the newest again; returns the new checkpoint's id."""
+        return self.checkpoints.rollback(tenant_id, task_id, checkpoint_id)
 
     # -- reads -----------------------------------------------------------------------------
 

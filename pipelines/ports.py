@@ -13,6 +13,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from pipelines.checkpoint import ResumeCalibration, TaskCheckpoint
 from pipelines.records import MemoryType
 
 
@@ -59,6 +60,11 @@ class LLM(Protocol):
 
     def summarize(self, content: str, max_words: int) -> str:
         """A short summary that keeps decisions, preferences, state changes, identifiers."""
+        ...
+
+    def calibrate_resume(self, checkpoint: TaskCheckpoint, elapsed_s: float) -> ResumeCalibration:
+        """Resuming ``checkpoint`` after ``elapsed_s``: which pending actions must be checked
+        against the outside world first (``pipelines.checkpoint.offline_calibration``)."""
         ...
 
 

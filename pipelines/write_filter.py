@@ -147,7 +147,8 @@ _TYPE_CUES: tuple[tuple[MemoryType, re.Pattern[str]], ...] = (
         re.compile(
             r"\b(decid\w*|we(?:'ll| will) (?:use|go with)|chose|choos\w+|agreed|settled on|"
             r"going with|opt(?:ed)? for|switch(?:ed)? to|instead of|because|rationale|"
-            r"trade-?off)\b|决定|选择|采用",
+            r"trade-?off|constraint|must(?: not)?|may not|required to|deadline)\b|"
+            r"决定|选择|采用|必须",
             re.I,
         ),
     ),

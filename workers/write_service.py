@@ -11,14 +11,14 @@ from __future__ import annotations
 import logging
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import redis
 from celery import Celery
 
-from pipelines.ports import LLM, LLMError, TransientLLMError, VectorPoint
+from pipelines.ports import LLMError, TransientLLMError, VectorPoint
 from pipelines.records import MemoryType
 from pipelines.summarize import needs_summary
 from pipelines.write_filter import WriteOutcome, decide_write
@@ -44,6 +44,7 @@ DRAIN_FLAG = "memharness:write:drain-queued"
 # publishes again even if the flag's drain never ran. Ten seconds bounds the extra delay of
 # a lost message without letting a backlog publish one drain per write.
 DRAIN_FLAG_TTL_S = 10
+RETRY_FLAG = "memharness:write:retry-drain-scheduled"
 SUMMARY_MAX_WORDS = 60
 # With a remote model every item costs a network call of up to llm_timeout_s; a small batch
 # keeps the whole claim well inside its lease.
@@ -75,7 +76,7 @@ class DrainReport:
     retried: int = 0
     already_done: int = 0
     more: bool = False
-    reasons: list[str] = field(default_factory=list)
+    next_retry_s: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -86,6 +87,7 @@ class DrainReport:
             "retried": self.retried,
             "already_done": self.already_done,
             "more": self.more,
+            "next_retry_s": self.next_retry_s,
         }
 
 
@@ -133,14 +135,20 @@ def _decide(
     return outcome, None
 
 
-def _summarise(llm: LLM, content: str) -> str:
+def _summarise(ctx: WorkerContext, job: ClaimedJob, content: str, fell_back: bool) -> str:
+    """The model's summary; the extractive one when the model refused, or when it is
+    unavailable on the last attempt under the offline fallback (as ``_decide`` does)."""
     if not needs_summary(content):
         return content
+    if fell_back:  # the model just failed every attempt: don't wait on it once more
+        return OfflineLLM().summarize(content, SUMMARY_MAX_WORDS)
     try:
-        return llm.summarize(content, SUMMARY_MAX_WORDS)
-    except LLMError as exc:
-        if isinstance(exc, TransientLLMError):
+        return ctx.llm.summarize(content, SUMMARY_MAX_WORDS)
+    except TransientLLMError:
+        if job.attempts < ctx.settings.job_max_attempts or ctx.settings.llm_fallback != "offline":
             raise
+        return OfflineLLM().summarize(content, SUMMARY_MAX_WORDS)
+    except LLMError:
         return OfflineLLM().summarize(content, SUMMARY_MAX_WORDS)
 
 
@@ -175,8 +183,9 @@ def process_batch(ctx: WorkerContext, jobs: list[ClaimedJob], report: DrainRepor
             continue
         type_hint = MemoryType(row["type"]) if row["type"] else None
         try:
-            outcome, _ = _decide(ctx, job, row["content"], type_hint)
-            summary = _summarise(ctx.llm, row["content"]) if outcome.keep else ""
+            outcome, fallback_note = _decide(ctx, job, row["content"], type_hint)
+            fell_back = fallback_note is not None
+            summary = _summarise(ctx, job, row["content"], fell_back) if outcome.keep else ""
         except TransientLLMError as exc:
             if job.attempts >= settings.job_max_attempts:
                 reason = f"LLM unavailable after {job.attempts} attempts: {exc}"
@@ -212,6 +221,14 @@ def process_batch(ctx: WorkerContext, jobs: list[ClaimedJob], report: DrainRepor
                 retries.append(RetryResult(job.job_id, f"embedding: {exc}", wait))
             kept = []
             vectors = []
+        except (LLMError, ValueError) as exc:
+            # Permanent: a refused key or model, or vectors of the wrong size. Retrying
+            # cannot help; say so instead of leaving the jobs to expire their leases.
+            for job, row, _, _ in kept:
+                reason = f"embedding failed: {type(exc).__name__}: {exc}"
+                dead.append(DeadResult(job.job_id, job.memory_id, row["tenant_id"], reason))
+            kept = []
+            vectors = []
         if kept:
             collection = ctx.episodic_collection
             ctx.vectors.ensure_collection(collection, ctx.embedder.dim)
@@ -245,6 +262,10 @@ def process_batch(ctx: WorkerContext, jobs: list[ClaimedJob], report: DrainRepor
     report.discarded += len(discarded)
     report.dead += len(dead)
     report.retried += len(retries)
+    if retries:
+        soonest = min(r.backoff_s for r in retries)
+        if report.next_retry_s is None or soonest < report.next_retry_s:
+            report.next_retry_s = soonest
     for result in dead:
         log.warning("memory %s dead-lettered: %s", result.memory_id, result.reason)
 

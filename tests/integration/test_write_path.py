@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from workers.adapters.vector_qdrant import QdrantIndex
+from workers.adapters import build_vector_index
 
 pytestmark = pytest.mark.integration
 
@@ -13,7 +13,7 @@ SCOPE = {"tenant_id": "acme", "task_id": "billing-rewrite", "session_id": "s-1"}
 
 def count_points(settings, tenant_id: str | None = None) -> int:  # type: ignore[no-untyped-def]
     """Open the local store after the owner stopped (local mode allows one process)."""
-    index = QdrantIndex(path=settings.qdrant_path)
+    index = build_vector_index(settings)
     try:
         return index.count(f"{settings.collection_prefix}_episodic", tenant_id)
     finally:

@@ -50,6 +50,10 @@ def build_embedder(settings: Settings) -> Embedder:
 
 
 def build_vector_index(settings: Settings) -> VectorIndex:
+    if not settings.qdrant_url and settings.embedded_engine == "edge":
+        from workers.adapters.vector_edge import EdgeIndex
+
+        return EdgeIndex(settings.qdrant_path)
     from workers.adapters.vector_qdrant import QdrantIndex
 
     key = settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import openai
 
-from pipelines.ports import TransientLLMError
+from pipelines.ports import LLMError, TransientLLMError
 
 
 class OpenAIEmbedder:
@@ -32,6 +32,10 @@ class OpenAIEmbedder:
             raise TransientLLMError(f"embeddings: {type(exc).__name__}") from exc
         except openai.InternalServerError as exc:
             raise TransientLLMError(f"embeddings: HTTP {exc.status_code}") from exc
+        except openai.APIStatusError as exc:
+            if exc.status_code >= 500:
+                raise TransientLLMError(f"embeddings: HTTP {exc.status_code}") from exc
+            raise LLMError(f"embeddings refused the request (HTTP {exc.status_code})") from exc
         vectors = [item.embedding for item in sorted(response.data, key=lambda d: d.index)]
         for vector in vectors:
             if len(vector) != self._dim:

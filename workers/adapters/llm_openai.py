@@ -14,6 +14,7 @@ from typing import Any
 import openai
 from pydantic import ValidationError
 
+from pipelines.checkpoint import ResumeCalibration, TaskCheckpoint, describe_for_calibration
 from pipelines.ports import LLMError, MalformedLLMOutput, TransientLLMError, WriteJudgement
 from pipelines.records import MemoryType
 
@@ -39,6 +40,15 @@ SUMMARY_PROMPT = """Summarise the interaction for an agent's long-term memory in
 {max_words} words. Keep every decision with its reason, every preference, every status
 change, and every identifier (numbers, paths, names, keys) verbatim; resolve pronouns to the
 names they stand for. Answer with a JSON object and nothing else: {{"summary": "..."}}"""
+
+CALIBRATE_PROMPT = """An autonomous agent was interrupted and is resuming a task from its last
+checkpoint. You decide whether it must check the outside world before it continues. A pending
+action whose effect is external_write may already have happened before the interruption:
+it must be verified before it is repeated. An external_read may be stale after a long pause.
+An action whose effect is local is simply redone. Answer with a JSON object and nothing else:
+{"needs_verification": true|false, "reason": "one short sentence",
+ "checks": [{"action_id": "<id of a pending action>", "reason": "what to verify"}]}
+checks is empty exactly when needs_verification is false."""
 
 
 class OpenAILLM:
@@ -130,3 +140,18 @@ class OpenAILLM:
         if not isinstance(summary, str) or not summary.strip():
             raise MalformedLLMOutput("schema: summary: missing or empty")
         return summary.strip()
+
+    def calibrate_resume(self, checkpoint: TaskCheckpoint, elapsed_s: float) -> ResumeCalibration:
+        facts = json.dumps(describe_for_calibration(checkpoint, elapsed_s), ensure_ascii=False)
+        data = self._chat_json(self._model_fast, CALIBRATE_PROMPT, facts, 0.0)
+        try:
+            verdict = ResumeCalibration.model_validate(data)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(part) for part in first["loc"]) or "(top level)"
+            raise MalformedLLMOutput(f"schema: {where}: {first['msg']}") from None
+        known = {action.action_id for action in checkpoint.state.pending_actions}
+        unknown = [check.action_id for check in verdict.checks if check.action_id not in known]
+        if unknown:
+            raise MalformedLLMOutput(f"schema: checks: unknown pending action {unknown[0]!r}")
+        return verdict

@@ -1,0 +1,133 @@
+"""``make demo``: real workers, beat and Flower; a scripted agent writes and recalls.
+
+Starts a write worker (owner of the embedded vector store: write, embed, recall), a
+background worker (maintenance and the cognitive queues), celery beat and Flower with basic
+auth; the agent records about 200 interactions, recalls a few facts, and the demo prints what
+the workers did before stopping everything it started.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+import urllib.request
+from collections import Counter
+from pathlib import Path
+
+from config import Settings
+from memharness.client import MemoryClient, WriteReceipt
+from memharness.demo_script import RECALL_QUERIES, script
+from memharness.processes import Managed, start_beat, start_flower, start_worker, wait_for_worker
+from memharness.stats import collect_stats, format_stats
+from workers.db import migrate
+
+TENANT = "demo"
+TASK = "atlas-billing-migration"
+
+
+def _flower_workers(settings: Settings) -> dict[str, object]:
+    credentials = settings.flower_basic_auth.get_secret_value()
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{settings.flower_port}/api/workers?refresh=1"
+    )
+    token = base64.b64encode(credentials.encode()).decode()
+    request.add_header("Authorization", f"Basic {token}")
+    with urllib.request.urlopen(request, timeout=5) as response:
+        data: dict[str, object] = json.loads(response.read())
+    return data
+
+
+def _wait_for_flower(settings: Settings, flower: Managed, timeout_s: float = 30) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and flower.alive():
+        try:
+            _flower_workers(settings)
+            return True
+        except OSError:
+            time.sleep(0.3)
+    return False
+
+
+def run_demo(settings: Settings, *, interactions: int = 200, keep_running: bool = False) -> int:
+    migrate(settings.database_url)
+    log_dir = Path("var/log")
+    run_id = time.strftime("%Y%m%d-%H%M%S")
+    print(f"== memory-harness demo (run {run_id}); logs in {log_dir}/")
+    started: list[Managed] = []
+    try:
+        writer = start_worker("writer", ["write", "embed", "recall"], log_dir=log_dir)
+        background = start_worker(
+            "background", ["maintenance", "consolidate", "compress", "quality"], log_dir=log_dir
+        )
+        started += [writer, background]
+        started.append(start_beat(log_dir=log_dir))
+        flower = start_flower(
+            port=settings.flower_port,
+            basic_auth=settings.flower_basic_auth.get_secret_value(),
+            log_dir=log_dir,
+        )
+        started.append(flower)
+        wait_for_worker(writer)
+        wait_for_worker(background)
+        user = settings.flower_basic_auth.get_secret_value().split(":", 1)[0]
+        flower_ok = _wait_for_flower(settings, flower)
+        print(
+            f"== workers up; Flower at http://127.0.0.1:{settings.flower_port} "
+            f"(basic auth user {user!r}, password from MEMHARNESS_FLOWER_BASIC_AUTH)"
+            + ("" if flower_ok else " — Flower did not answer; see var/log/flower.log")
+        )
+
+        turns = script(interactions)
+        receipts: list[WriteReceipt] = []
+        latencies_ms: list[float] = []
+        with MemoryClient(settings) as client:
+            print(f"== agent records {len(turns)} interactions over {turns[-1].day + 1} days")
+            for turn in turns:
+                started_at = time.perf_counter()
+                receipts.append(
+                    client.record(
+                        turn.text,
+                        tenant_id=TENANT,
+                        task_id=TASK,
+                        session_id=f"{run_id}-day{turn.day + 1}",
+                        timestamp=turn.timestamp,
+                        agent_id="atlas-agent",
+                    )
+                )
+                latencies_ms.append((time.perf_counter() - started_at) * 1000)
+            latencies_ms.sort()
+            by_status = Counter(receipt.status for receipt in receipts)
+            print(
+                f"   record(): p50 {latencies_ms[len(latencies_ms) // 2]:.2f} ms, "
+                f"max {latencies_ms[-1]:.2f} ms; receipts {dict(by_status)}"
+            )
+            waited = time.perf_counter()
+            accepted = [r.memory_id for r in receipts if r.status == "accepted"]
+            settled = client.wait_until_settled(accepted, timeout_s=120)
+            print(
+                f"== workers settled {len(accepted)} writes in "
+                f"{time.perf_counter() - waited:.2f}s: {settled}"
+            )
+            print("== recall (dense, tenant-scoped, answered by the store's owner process)")
+            for query in RECALL_QUERIES:
+                print(f"   Q: {query}")
+                for hit in client.recall(query, tenant_id=TENANT, task_id=TASK, limit=3):
+                    print(f"      {hit['score']:.3f} [{hit['type']}] {hit['content'][:110]}")
+        print("== what the workers did (memharness stats --tenant demo)")
+        print(format_stats(collect_stats(settings, tenant_id=TENANT)))
+        if flower_ok:
+            seen = _flower_workers(settings)
+            print(f"== Flower sees workers: {', '.join(sorted(seen))}")
+        if keep_running:
+            print("== --keep: leaving workers, beat and Flower running; Ctrl-C to stop")
+            while True:
+                time.sleep(3600)
+        return 0
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        for managed in reversed(started):
+            managed.stop()
+        if started:
+            print(f"== stopped {len(started)} processes")
