@@ -75,6 +75,18 @@ def _cmd_bench(args: argparse.Namespace) -> int:
             producers=args.producers,
             latency_samples=args.latency_samples,
         )
+    if args.which == "retrieval-quality":
+        from memharness.bench.retrieval_quality import run as run_quality
+
+        return run_quality(args.data, args.embedder)
+    if args.which == "compression":
+        from memharness.bench.compression import run as run_compression
+
+        return run_compression(args.data, l1_ratio=args.l1_ratio, limit=args.limit)
+    if args.which == "consolidation":
+        from memharness.bench.consolidation import run as run_consolidation
+
+        return run_consolidation(args.data, memories=args.memories, batch=args.batch)
     raise AssertionError(args.which)
 
 
@@ -115,6 +127,20 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--noop-tasks", type=int, default=5000)
     b.add_argument("--producers", type=int, default=4, help="threads calling record()")
     b.add_argument("--latency-samples", type=int, default=2000)
+    b = bench.add_parser(
+        "retrieval-quality",
+        help="LoCoMo evidence recall: dense vs dense+sparse vs the full read pipeline",
+    )
+    b.add_argument("--data", required=True, help="LoCoMo-format JSON, read at run time")
+    b.add_argument("--embedder", choices=["hashing", "minilm"], default="hashing")
+    b = bench.add_parser("compression", help="fact recall and ratio of L1/L2 compression")
+    b.add_argument("--data", required=True, help="LoCoMo-format JSON, read at run time")
+    b.add_argument("--l1-ratio", type=float, default=None, help="L1 target ratio (policy: 10)")
+    b.add_argument("--limit", type=int, default=None, help="only the first N conversations")
+    b = bench.add_parser("consolidation", help="memories/s through consolidation, offline")
+    b.add_argument("--data", default=None, help="LoCoMo-format file instead of generated data")
+    b.add_argument("--memories", type=int, default=20000)
+    b.add_argument("--batch", type=int, default=1000)
     register_bench(bench)
     p.set_defaults(func=_cmd_bench)
 

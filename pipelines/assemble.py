@@ -1,0 +1,658 @@
+"""Budgeted assembly of the context an agent reads before each reasoning step.
+
+``build_context`` is what ``MemoryClient.context`` runs once its ports are bound: validate
+the request, decide the focus, split the budget into partitions, retrieve, and fill each
+partition within its own budget. A partition that overflows compresses its lowest-scored
+items first (a memory's higher-level version replaces its original: L0 → L1 → L2 ...), then
+evicts the lowest-scored ones (``pipelines.budget.eviction_score``). Nothing is ever cut
+across partitions, and the rendered whole is counted again at the end with the real
+tokenizer, because BPE merges across the joins.
+
+The recent-interactions partition is a sliding window per task and session: the last 20
+turns verbatim; once more than 25 turns are unsummarised, all but the last 20 are folded, in
+chunks of at most 4,000 tokens, into summaries of at most 500 tokens each (the LLM port's
+``summarize``, which keeps decisions, preferences and state changes). Where the turns and
+summaries live (the Redis pool) is the caller's business; the window logic is here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Executor
+from datetime import datetime
+from typing import Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from pipelines.budget import (
+    DEFAULT_LAYOUT,
+    Partition,
+    PartitionLayout,
+    age_hours,
+    allocate_budgets,
+    check_budget,
+    density_of,
+    eviction_score,
+    holds_identifiers,
+)
+from pipelines.focus import (
+    FocusDirective,
+    FocusLLM,
+    InfoKind,
+    TaskPhase,
+    check_focus,
+    check_phase,
+    decide_focus,
+)
+from pipelines.records import InvalidInput, MemoryType, check_id, check_text
+from pipelines.retrieve import (
+    DEFAULT_CONFIG,
+    Candidate,
+    RecallPorts,
+    RecallScope,
+    RerankLLM,
+    RetrievalConfig,
+    RetrievalResult,
+    retrieve,
+)
+from pipelines.rewrite import RewriteLLM, rewrite_query
+from pipelines.sparse import analyze
+from pipelines.tokens import TokenCounter, truncate_to_tokens
+
+# A query is a question for one step, not a document: 16 KiB of UTF-8 and 4,000 tokens.
+QUERY_MAX_BYTES = 16_384
+QUERY_MAX_TOKENS = 4_000
+
+# The issue's window: 20 turns verbatim, summarise past 25, chunks <= 4,000 tokens,
+# summaries <= 500 tokens. The 5-turn gap means a summary call every 5 turns, not every turn.
+WINDOW_VERBATIM_TURNS = 20
+WINDOW_SUMMARISE_AFTER = 25
+CHUNK_MAX_TOKENS = 4_000
+SUMMARY_MAX_TOKENS = 500
+SUMMARY_MIN_TARGET_TOKENS = 100
+# English runs about 1.3 DeepSeek tokens a word; ask for fewer words than the token cap and
+# check the result with the real counter anyway.
+WORDS_PER_TOKEN = 0.7
+# A summary holds what the window kept of decisions and state: denser than a raw turn.
+SUMMARY_DENSITY_TYPE = MemoryType.STATUS_CHANGE
+
+TITLES: dict[Partition, str] = {
+    Partition.SYSTEM: "System",
+    Partition.TASK_CONTEXT: "Task context",
+    Partition.RETRIEVED_MEMORY: "Retrieved memory",
+    Partition.RECENT_INTERACTIONS: "Recent interactions",
+    Partition.WORKING_VARIABLES: "Working variables",
+    Partition.SCRATCH: "Scratch",
+}
+
+
+# -- the request --------------------------------------------------------------------------
+
+
+class ContextRequest(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    task_id: str
+    query: str
+    budget_tokens: int
+    phase: TaskPhase | None = None
+    focus: str | tuple[InfoKind, ...] | None = None
+
+
+def check_context_request(
+    task_id: object,
+    query: object,
+    budget_tokens: object,
+    phase: object = None,
+    focus: object = None,
+    *,
+    counter: TokenCounter,
+    layout: PartitionLayout = DEFAULT_LAYOUT,
+) -> ContextRequest:
+    """Validate ``MemoryClient.context``'s arguments; InvalidInput names the field and limit."""
+    task = check_id("task_id", task_id)
+    assert task is not None
+    text = check_text("query", query, QUERY_MAX_BYTES)
+    tokens = counter.count(text)
+    if tokens > QUERY_MAX_TOKENS:
+        raise InvalidInput(
+            "query",
+            f"is {tokens} tokens; a query is at most {QUERY_MAX_TOKENS} tokens",
+            limit=f"{QUERY_MAX_TOKENS} tokens",
+        )
+    budget = check_budget(budget_tokens, layout)
+    return ContextRequest(
+        task_id=task,
+        query=" ".join(text.split()),
+        budget_tokens=budget,
+        phase=check_phase(phase),
+        focus=check_focus(focus),
+    )
+
+
+# -- items and partitions -----------------------------------------------------------------
+
+
+class ContextItem(BaseModel):
+    """One entry of a partition. ``versions`` are compressed forms, least compressed first."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    text: str = Field(min_length=1)
+    prefix: str = ""
+    timestamp: datetime | None = None
+    type: MemoryType | None = None
+    relevance: float | None = Field(None, ge=0.0, le=1.0)
+    versions: tuple[str, ...] = ()
+    must_keep: bool = False
+
+    def line(self, version: int) -> str:
+        text = self.text if version == 0 else self.versions[version - 1]
+        return f"{self.prefix}{text}"
+
+
+class PlacedItem(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    version: int  # 0 the original, n the n-th compressed version
+    truncated: bool = False
+    tokens: int
+
+
+class PartitionContent(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    name: Partition
+    budget_tokens: int
+    used_tokens: int
+    text: str
+    items: tuple[PlacedItem, ...]
+    compressed_ids: tuple[str, ...]
+    evicted_ids: tuple[str, ...]
+
+
+def focus_relevance(text: str, focus_terms: Sequence[str]) -> float:
+    """Share of the focus's terms the text holds (0.5 when the focus names none)."""
+    wanted = {term for word in focus_terms for term in analyze(word)}
+    if not wanted:
+        return 0.5
+    return len(wanted.intersection(analyze(text))) / len(wanted)
+
+
+def _score(item: ContextItem, now: datetime, focus_terms: Sequence[str]) -> float:
+    relevance = (
+        item.relevance if item.relevance is not None else focus_relevance(item.text, focus_terms)
+    )
+    age = age_hours(item.timestamp, now) if item.timestamp is not None else 0.0
+    return eviction_score(
+        relevance=relevance,
+        density=density_of(item.text, item.type),
+        age_hours=age,
+        has_identifiers=holds_identifiers(item.text),
+    )
+
+
+def _render(name: Partition, lines: Sequence[str]) -> str:
+    if not lines:
+        return ""
+    return "\n".join([f"## {TITLES[name]}", *lines]) + "\n"
+
+
+def fit_partition(
+    name: Partition,
+    items: Sequence[ContextItem],
+    budget_tokens: int,
+    counter: TokenCounter,
+    *,
+    now: datetime,
+    focus_terms: Sequence[str] = (),
+) -> PartitionContent:
+    """Fill one partition within ``budget_tokens``, keeping the items' order.
+
+    Overflow first walks the items from the lowest eviction score up, replacing each by its
+    next compressed version, sweep after sweep while any is left; then it evicts from the
+    lowest score up (``must_keep`` items last, and those are truncated rather than dropped
+    when they alone overflow). The rendered text is counted as a whole at the end.
+    """
+    if budget_tokens < 0:
+        raise ValueError(f"budget_tokens must be >= 0, got {budget_tokens}")
+    scores = [_score(item, now, focus_terms) for item in items]
+    # Eviction order: must_keep last, then lowest score first, then the earlier item first.
+    order = sorted(range(len(items)), key=lambda i: (items[i].must_keep, scores[i], i))
+    version = [0] * len(items)
+    texts = [item.line(0) for item in items]
+    kept = [True] * len(items)
+    truncated = [False] * len(items)
+    header = counter.count(f"## {TITLES[name]}\n")
+
+    def cost(i: int) -> int:
+        return counter.count(texts[i] + "\n")
+
+    costs = [cost(i) for i in range(len(items))]
+
+    def total() -> int:
+        live = [c for c, k in zip(costs, kept, strict=True) if k]
+        return header + sum(live) if live else 0
+
+    while total() > budget_tokens:  # 1: compress, lowest score first, one level a sweep
+        progressed = False
+        for i in order:
+            if total() <= budget_tokens:
+                break
+            if kept[i] and version[i] < len(items[i].versions):
+                version[i] += 1
+                texts[i] = items[i].line(version[i])
+                costs[i] = cost(i)
+                progressed = True
+        if not progressed:
+            break
+    for i in order:  # 2: evict, lowest score first (must_keep items sort last)
+        if total() <= budget_tokens:
+            break
+        if not items[i].must_keep:
+            kept[i] = False
+    for i in order:  # 3: a must_keep item that alone overflows is cut, not dropped
+        if total() <= budget_tokens:
+            break
+        if kept[i]:
+            others = total() - costs[i]
+            room = budget_tokens - (others if others > 0 else header) - 1
+            cut = truncate_to_tokens(counter, texts[i], room) if room > 0 else ""
+            if cut:
+                texts[i], truncated[i] = cut, True
+                costs[i] = cost(i)
+            if not cut or total() > budget_tokens:
+                kept[i] = False
+    while True:  # 4: the real count of the rendered text decides
+        text = _render(name, [texts[i] for i in range(len(items)) if kept[i]])
+        used = counter.count(text) if text else 0
+        if used <= budget_tokens:
+            break
+        kept[next(i for i in order if kept[i])] = False
+    placed = tuple(
+        PlacedItem(id=items[i].id, version=version[i], truncated=truncated[i], tokens=costs[i])
+        for i in range(len(items))
+        if kept[i]
+    )
+    return PartitionContent(
+        name=name,
+        budget_tokens=budget_tokens,
+        used_tokens=used,
+        text=text,
+        items=placed,
+        compressed_ids=tuple(items[i].id for i in range(len(items)) if kept[i] and version[i]),
+        evicted_ids=tuple(items[i].id for i in range(len(items)) if not kept[i]),
+    )
+
+
+# -- the working-memory window ------------------------------------------------------------
+
+
+class Turn(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    speaker: str
+    content: str = Field(min_length=1)
+    timestamp: datetime
+    type: MemoryType | None = None
+
+    def line(self) -> str:
+        return f"{self.speaker}: {self.content}"
+
+
+class TurnSummary(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    first_turn_id: str
+    last_turn_id: str
+    turn_count: int = Field(ge=1)
+    content: str = Field(min_length=1)
+    timestamp: datetime
+    tokens: int = Field(ge=0, le=SUMMARY_MAX_TOKENS)
+
+    @property
+    def id(self) -> str:
+        return f"summary:{self.first_turn_id}..{self.last_turn_id}"
+
+
+class WindowPlan(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    summaries: tuple[TurnSummary, ...]
+    verbatim: tuple[Turn, ...]
+    to_summarise: tuple[tuple[Turn, ...], ...]
+
+
+class Summarizer(Protocol):
+    """The LLM port's ``summarize`` (the offline adapter's is extractive)."""
+
+    def summarize(self, content: str, max_words: int) -> str: ...
+
+
+def chunk_turns(
+    turns: Sequence[Turn], counter: TokenCounter, max_tokens: int = CHUNK_MAX_TOKENS
+) -> list[tuple[Turn, ...]]:
+    """Consecutive runs of turns of at most ``max_tokens`` (a longer turn is a chunk alone
+    and is cut when it is summarised)."""
+    chunks: list[tuple[Turn, ...]] = []
+    current: list[Turn] = []
+    size = 0
+    for turn in turns:
+        tokens = counter.count(turn.line() + "\n")
+        if current and size + tokens > max_tokens:
+            chunks.append(tuple(current))
+            current, size = [], 0
+        current.append(turn)
+        size += tokens
+    if current:
+        chunks.append(tuple(current))
+    return chunks
+
+
+def plan_window(
+    turns: Sequence[Turn],
+    summaries: Sequence[TurnSummary],
+    counter: TokenCounter,
+    *,
+    verbatim_turns: int = WINDOW_VERBATIM_TURNS,
+    summarise_after: int = WINDOW_SUMMARISE_AFTER,
+    chunk_max_tokens: int = CHUNK_MAX_TOKENS,
+) -> WindowPlan:
+    """Which turns stay verbatim and which runs must be summarised now.
+
+    ``turns`` are the session's turns in order; ``summaries`` cover a prefix of them (each
+    ends at ``last_turn_id``). Turns after the last summary are unsummarised: up to
+    ``summarise_after`` of them stay verbatim; past that, all but the last ``verbatim_turns``
+    are chunked for summarising.
+    """
+    if not 0 < verbatim_turns <= summarise_after:
+        raise ValueError("need 0 < verbatim_turns <= summarise_after")
+    start = 0
+    if summaries:
+        last = summaries[-1].last_turn_id
+        position = next((i for i, t in enumerate(turns) if t.id == last), None)
+        start = 0 if position is None else position + 1
+    pending = list(turns[start:])
+    if len(pending) <= summarise_after:
+        return WindowPlan(summaries=tuple(summaries), verbatim=tuple(pending), to_summarise=())
+    older, recent = pending[:-verbatim_turns], pending[-verbatim_turns:]
+    return WindowPlan(
+        summaries=tuple(summaries),
+        verbatim=tuple(recent),
+        to_summarise=tuple(chunk_turns(older, counter, chunk_max_tokens)),
+    )
+
+
+def summarise_chunk(
+    chunk: Sequence[Turn],
+    summarizer: Summarizer,
+    counter: TokenCounter,
+    max_tokens: int = SUMMARY_MAX_TOKENS,
+    chunk_max_tokens: int = CHUNK_MAX_TOKENS,
+) -> TurnSummary:
+    """One summary of at most ``max_tokens`` real tokens for a chunk of turns.
+
+    The summarizer is asked for a word count below the cap; an answer over the cap is asked
+    again with fewer words (twice), then cut at a word boundary.
+    """
+    if not chunk:
+        raise ValueError("cannot summarise an empty chunk")
+    content = truncate_to_tokens(counter, "\n".join(t.line() for t in chunk), chunk_max_tokens)
+    # Aim at a quarter of the chunk (a full 4,000-token chunk gets the whole 500-token cap);
+    # a short chunk copied whole into its "summary" would save nothing.
+    target = min(max_tokens, max(SUMMARY_MIN_TARGET_TOKENS, counter.count(content) // 4))
+    words = max(1, int(target * WORDS_PER_TOKEN))
+    summary = ""
+    for _ in range(3):
+        summary = summarizer.summarize(content, words).strip()
+        tokens = counter.count(summary)
+        if summary and tokens <= max_tokens:
+            break
+        words = max(1, int(words * max_tokens / max(tokens, 1) * 0.9))
+    summary = truncate_to_tokens(counter, summary, max_tokens) if summary else ""
+    if not summary:  # the summarizer gave nothing usable: keep the start of the chunk
+        summary = truncate_to_tokens(counter, content, max_tokens) or chunk[0].speaker
+    return TurnSummary(
+        first_turn_id=chunk[0].id,
+        last_turn_id=chunk[-1].id,
+        turn_count=len(chunk),
+        content=summary,
+        timestamp=chunk[-1].timestamp,
+        tokens=counter.count(summary),
+    )
+
+
+def advance_window(
+    turns: Sequence[Turn],
+    summaries: Sequence[TurnSummary],
+    summarizer: Summarizer,
+    counter: TokenCounter,
+) -> WindowPlan:
+    """Plan the window and summarise what it says must be; the result has nothing left to
+    summarise. The caller stores the new summaries (and may drop the turns they cover)."""
+    plan = plan_window(turns, summaries, counter)
+    added = [summarise_chunk(chunk, summarizer, counter) for chunk in plan.to_summarise]
+    return WindowPlan(summaries=(*plan.summaries, *added), verbatim=plan.verbatim, to_summarise=())
+
+
+# -- the whole context --------------------------------------------------------------------
+
+
+class WorkingVariable(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    key: str = Field(min_length=1)
+    value: str
+    updated_at: datetime | None = None
+
+
+class ContextSources(BaseModel):
+    """What the caller holds besides long-term memory: the system prompt, the task's own
+    context, the window of the session, the working variables and the scratch pad."""
+
+    model_config = ConfigDict(frozen=True)
+
+    system: str = ""
+    task_context: tuple[ContextItem, ...] = ()
+    summaries: tuple[TurnSummary, ...] = ()
+    turns: tuple[Turn, ...] = ()
+    variables: tuple[WorkingVariable, ...] = ()
+    scratch: tuple[ContextItem, ...] = ()
+
+
+class AssembledContext(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    task_id: str
+    budget_tokens: int
+    total_tokens: int
+    text: str
+    tokenizer: str
+    partitions: tuple[PartitionContent, ...]
+    focus: FocusDirective
+    retrieval: RetrievalResult | None = None
+
+    def partition(self, name: Partition) -> PartitionContent:
+        return next(p for p in self.partitions if p.name is name)
+
+
+def memory_items(candidates: Sequence[Candidate]) -> list[ContextItem]:
+    """Retrieved memories as items, in priority order, with their compressed versions."""
+    items = []
+    for candidate in candidates:
+        memory = candidate.memory
+        versions = tuple(v.content for v in sorted(memory.versions, key=lambda v: v.level))
+        items.append(
+            ContextItem(
+                id=memory.id,
+                text=memory.content,
+                prefix=f"[{memory.timestamp:%Y-%m-%d %H:%M}] ",
+                timestamp=memory.timestamp,
+                type=memory.type,
+                relevance=min(1.0, max(0.0, candidate.relevance)),
+                versions=versions,
+            )
+        )
+    return items
+
+
+def window_items(summaries: Sequence[TurnSummary], turns: Sequence[Turn]) -> list[ContextItem]:
+    items = [
+        ContextItem(
+            id=s.id,
+            text=s.content,
+            prefix=f"(summary of {s.turn_count} turns) ",
+            timestamp=s.timestamp,
+            type=SUMMARY_DENSITY_TYPE,
+        )
+        for s in summaries
+    ]
+    for index, turn in enumerate(turns):
+        items.append(
+            ContextItem(
+                id=turn.id,
+                text=turn.line(),
+                timestamp=turn.timestamp,
+                type=turn.type,
+                must_keep=index == len(turns) - 1,  # the turn being answered
+            )
+        )
+    return items
+
+
+def variable_items(variables: Sequence[WorkingVariable]) -> list[ContextItem]:
+    return [
+        ContextItem(id=f"var:{v.key}", text=f"{v.key} = {v.value}", timestamp=v.updated_at)
+        for v in variables
+    ]
+
+
+def assemble_context(
+    request: ContextRequest,
+    sources: ContextSources,
+    *,
+    counter: TokenCounter,
+    focus: FocusDirective,
+    now: datetime,
+    retrieval: RetrievalResult | None = None,
+    layout: PartitionLayout = DEFAULT_LAYOUT,
+) -> AssembledContext:
+    """Fill every partition within its budget; the whole never exceeds the request's."""
+    budgets = allocate_budgets(layout, request.budget_tokens, focus.partition_shifts())
+    system_text = _render(Partition.SYSTEM, [sources.system]) if sources.system.strip() else ""
+    system_tokens = counter.count(system_text) if system_text else 0
+    if system_tokens > budgets[Partition.SYSTEM]:
+        raise InvalidInput(
+            "system",
+            f"is {system_tokens} tokens with its header; the system partition holds "
+            f"{budgets[Partition.SYSTEM]}",
+            limit=f"{budgets[Partition.SYSTEM]} tokens",
+        )
+    terms = focus.terms
+    candidates = retrieval.candidates if retrieval is not None else ()
+    plan_items: dict[Partition, list[ContextItem]] = {
+        Partition.TASK_CONTEXT: list(sources.task_context),
+        Partition.RETRIEVED_MEMORY: memory_items(candidates),
+        Partition.RECENT_INTERACTIONS: window_items(sources.summaries, sources.turns),
+        Partition.WORKING_VARIABLES: variable_items(sources.variables),
+        Partition.SCRATCH: list(sources.scratch),
+    }
+    contents: dict[Partition, PartitionContent] = {
+        Partition.SYSTEM: PartitionContent(
+            name=Partition.SYSTEM,
+            budget_tokens=budgets[Partition.SYSTEM],
+            used_tokens=system_tokens,
+            text=system_text,
+            items=(PlacedItem(id="system", version=0, tokens=system_tokens),)
+            if system_text
+            else (),
+            compressed_ids=(),
+            evicted_ids=(),
+        )
+    }
+    for name, items in plan_items.items():
+        contents[name] = fit_partition(
+            name, items, budgets[name], counter, now=now, focus_terms=terms
+        )
+    ordered = [contents[spec.name] for spec in layout.specs]
+    text = "".join(p.text for p in ordered)
+    total = counter.count(text) if text else 0
+    while total > request.budget_tokens:
+        # The joins merged into more tokens than the parts: shrink the fullest partition
+        # that has items to give (never the system prompt).
+        name = max(
+            (p for p in ordered if p.items and p.name is not Partition.SYSTEM),
+            key=lambda p: p.used_tokens,
+        ).name
+        shrunk = max(0, contents[name].used_tokens - (total - request.budget_tokens) - 1)
+        contents[name] = fit_partition(
+            name, plan_items[name], shrunk, counter, now=now, focus_terms=terms
+        ).model_copy(update={"budget_tokens": budgets[name]})
+        ordered = [contents[spec.name] for spec in layout.specs]
+        text = "".join(p.text for p in ordered)
+        total = counter.count(text) if text else 0
+    return AssembledContext(
+        task_id=request.task_id,
+        budget_tokens=request.budget_tokens,
+        total_tokens=total,
+        text=text,
+        tokenizer=counter.name,
+        partitions=tuple(ordered),
+        focus=focus,
+        retrieval=retrieval,
+    )
+
+
+def build_context(
+    request: ContextRequest,
+    sources: ContextSources,
+    *,
+    scope: RecallScope,
+    ports: RecallPorts,
+    counter: TokenCounter,
+    focus_llm: FocusLLM | None = None,
+    rewrite_llm: RewriteLLM | None = None,
+    rerank_llm: RerankLLM | None = None,
+    layout: PartitionLayout = DEFAULT_LAYOUT,
+    config: RetrievalConfig = DEFAULT_CONFIG,
+    executor: Executor | None = None,
+) -> AssembledContext:
+    """Focus → retrieval → assembly for one validated request (what ``context`` runs)."""
+    focus = decide_focus(request.query, phase=request.phase, focus=request.focus, llm=focus_llm)
+    variants = rewrite_query(
+        request.query,
+        llm=rewrite_llm,
+        phase=request.phase.value if request.phase else None,
+        focus=[item.kind.value for item in focus.kinds],
+        related=lambda text: ports.sparse.related_terms(text, scope, 8),
+    )
+    retrieval = retrieve(
+        request.query,
+        scope,
+        ports,
+        focus,
+        phase=request.phase,
+        variants=variants,
+        reranker=rerank_llm,
+        config=config,
+        executor=executor,
+    )
+    return assemble_context(
+        request,
+        sources,
+        counter=counter,
+        focus=focus,
+        now=scope.now,
+        retrieval=retrieval,
+        layout=layout,
+    )
+
+
+def budgets_for(
+    request: ContextRequest, focus: FocusDirective, layout: PartitionLayout = DEFAULT_LAYOUT
+) -> Mapping[Partition, int]:
+    """The partition budgets a request would get (for stats and the CLI)."""
+    return allocate_budgets(layout, request.budget_tokens, focus.partition_shifts())

@@ -1,0 +1,255 @@
+"""Keyword recall: a BM25 index in pure Python and numpy, built incrementally.
+
+Dense vectors blur exact tokens (a file name, a version, a person's name) that an agent
+often asks about by name; BM25 keeps them. The analyzer is shared with query rewriting so a
+query term and a document term meet in the same form: case-folded, light English stemming,
+stopwords dropped, identifiers kept whole *and* split into their parts (``nginx.conf`` also
+indexes ``nginx`` and ``conf``), CJK text as character bigrams.
+
+Scoring is Okapi BM25 with Lucene's non-negative idf. The index is for one scope (a tenant
+and task, or one benchmark conversation); the caller keeps one per scope or passes
+``allowed`` to filter.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+
+# Robertson and Zaragoza's usual values, also Lucene's defaults.
+BM25_K1 = 1.2
+BM25_B = 0.75
+
+# A small English list (function words and question words): content words stay.
+_STOPWORD_TEXT = """
+    a about above after again against all am an and any are aren't as at be because been
+    before being below between both but by can can't cannot could couldn't did didn't do does
+    doesn't doing don't down during each few for from further had hadn't has hasn't have
+    haven't having he he'd he'll he's her here here's hers herself him himself his how how's i
+    i'd i'll i'm i've if in into is isn't it it's its itself let's me more most mustn't my
+    myself no nor not of off on once only or other ought our ours ourselves out over own same
+    shan't she she'd she'll she's should shouldn't so some such than that that's the their
+    theirs them themselves then there there's these they they'd they'll they're they've this
+    those through to too under until up very was wasn't we we'd we'll we're we've were weren't
+    what what's when when's where where's which while who who's whom why why's will with won't
+    would wouldn't you you'd you'll you're you've your yours yourself yourselves also just
+    really oh yeah yes hey hi hello thanks thank okay ok so well like get got gonna wanna
+    lot lots much many thing things something anything"""
+STOPWORDS: frozenset[str] = frozenset(_STOPWORD_TEXT.split())
+
+_WORD_RE = re.compile(r"[^\W_][\w'./:@+-]*[^\W_]|[^\W_]", re.UNICODE)
+_PART_RE = re.compile(r"[^\W_]+", re.UNICODE)
+_CJK_RE = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
+
+
+def stem(word: str) -> str:
+    """A light suffix stripper (plural, -ing, -ed, -ly): conflates forms, rarely overreaches."""
+    if len(word) <= 3 or not word.isalpha():
+        return word
+    for suffix, keep in (("ies", "y"), ("sses", "ss"), ("ness", ""), ("ingly", ""),
+                         ("edly", ""), ("ing", ""), ("ed", ""), ("ly", ""), ("es", ""),
+                         ("s", "")):  # fmt: skip
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            if suffix == "s" and word.endswith(("ss", "us", "is")):
+                return word
+            if suffix == "es" and not word.endswith(("shes", "ches", "xes", "zes", "oes")):
+                continue
+            base = word[: len(word) - len(suffix)] + keep
+            if suffix in {"ing", "ed"} and len(base) >= 4 and base[-1] == base[-2]:
+                base = base[:-1]  # running -> run, planned -> plan
+            return base
+    return word
+
+
+def _cjk_bigrams(token: str) -> list[str]:
+    chars = [ch for ch in token if _CJK_RE.match(ch)]
+    if len(chars) == 1:
+        return chars
+    return [a + b for a, b in itertools.pairwise(chars)]
+
+
+def analyze(text: str) -> list[str]:
+    """The index terms of ``text``, in order, repeats kept (they are term frequencies)."""
+    terms: list[str] = []
+    for match in _WORD_RE.finditer(text.casefold()):
+        token = match.group().strip("'.:-+")
+        if not token:
+            continue
+        if _CJK_RE.search(token):
+            terms.extend(_cjk_bigrams(token))
+            continue
+        if token.endswith("'s"):
+            token = token[:-2]
+        parts = _PART_RE.findall(token)
+        if len(parts) > 1:  # an identifier: index it whole and by its parts
+            terms.append(token)
+            terms.extend(stem(part) for part in parts if part not in STOPWORDS)
+        elif token not in STOPWORDS and token.replace("'", "") not in STOPWORDS:
+            terms.append(stem(token.replace("'", "")))
+    return terms
+
+
+class BM25Index:
+    """An incremental BM25 index: ``add`` and ``remove`` at any time, ``search`` any time.
+
+    Postings are python dicts (cheap to update); each term's postings are turned into numpy
+    arrays on first use after a change, so a search is a few vectorised adds per query term.
+    """
+
+    def __init__(self, *, k1: float = BM25_K1, b: float = BM25_B) -> None:
+        self.k1 = k1
+        self.b = b
+        self._ids: list[str | None] = []
+        self._slot: dict[str, int] = {}
+        self._lengths: list[int] = []
+        self._terms: list[Counter[str]] = []
+        self._postings: dict[str, dict[int, int]] = {}
+        self._arrays: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._length_array: np.ndarray | None = None
+        self._live = 0
+        self._total_length = 0
+
+    def __len__(self) -> int:
+        return self._live
+
+    def __contains__(self, doc_id: object) -> bool:
+        return doc_id in self._slot
+
+    def add(self, doc_id: str, text: str) -> None:
+        """Index ``text`` under ``doc_id``; a second add of the same id replaces the first."""
+        if doc_id in self._slot:
+            self.remove(doc_id)
+        terms = Counter(analyze(text))
+        slot = len(self._ids)
+        self._ids.append(doc_id)
+        self._slot[doc_id] = slot
+        length = sum(terms.values())
+        self._lengths.append(length)
+        self._terms.append(terms)
+        for term, tf in terms.items():
+            self._postings.setdefault(term, {})[slot] = tf
+            self._arrays.pop(term, None)
+        self._length_array = None
+        self._live += 1
+        self._total_length += length
+
+    def add_many(self, docs: Iterable[tuple[str, str]]) -> None:
+        for doc_id, text in docs:
+            self.add(doc_id, text)
+
+    def remove(self, doc_id: str) -> None:
+        slot = self._slot.pop(doc_id, None)
+        if slot is None:
+            return
+        for term in self._terms[slot]:
+            postings = self._postings.get(term)
+            if postings is not None:
+                postings.pop(slot, None)
+                if not postings:
+                    del self._postings[term]
+            self._arrays.pop(term, None)
+        self._total_length -= self._lengths[slot]
+        self._lengths[slot] = 0
+        self._terms[slot] = Counter()
+        self._ids[slot] = None
+        self._length_array = None
+        self._live -= 1
+
+    def document_frequency(self, term: str) -> int:
+        return len(self._postings.get(term, {}))
+
+    def idf(self, term: str) -> float:
+        """Lucene's BM25 idf: never negative, so a very common term still counts a little."""
+        df = self.document_frequency(term)
+        return math.log(1.0 + (self._live - df + 0.5) / (df + 0.5))
+
+    def _posting_arrays(self, term: str) -> tuple[np.ndarray, np.ndarray]:
+        arrays = self._arrays.get(term)
+        if arrays is None:
+            postings = self._postings.get(term, {})
+            slots = np.fromiter(postings.keys(), dtype=np.int64, count=len(postings))
+            tfs = np.fromiter(postings.values(), dtype=np.float64, count=len(postings))
+            arrays = (slots, tfs)
+            self._arrays[term] = arrays
+        return arrays
+
+    def score_terms(self, weighted_terms: Mapping[str, float]) -> np.ndarray:
+        """BM25 of every slot for query terms with weights (a repeated term weighs more)."""
+        scores = np.zeros(len(self._ids), dtype=np.float64)
+        if not self._live:
+            return scores
+        if self._length_array is None:
+            self._length_array = np.asarray(self._lengths, dtype=np.float64)
+        average = self._total_length / self._live if self._total_length else 1.0
+        norms = self.k1 * (1.0 - self.b + self.b * self._length_array / average)
+        for term, weight in weighted_terms.items():
+            if weight <= 0 or term not in self._postings:
+                continue
+            slots, tfs = self._posting_arrays(term)
+            gain = self.idf(term) * tfs * (self.k1 + 1.0) / (tfs + norms[slots])
+            scores[slots] += weight * gain
+        return scores
+
+    def search(
+        self,
+        query: str | Mapping[str, float],
+        limit: int = 50,
+        allowed: Callable[[str], bool] | None = None,
+    ) -> list[tuple[str, float]]:
+        """The best ``limit`` documents with a positive score, best first (ties by id)."""
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, got {limit}")
+        weighted = query_weights(query) if isinstance(query, str) else query
+        scores = self.score_terms(weighted)
+        hits = np.flatnonzero(scores > 0)
+        if allowed is not None:
+            hits = np.asarray(
+                [slot for slot in hits if allowed(self._ids[slot] or "")], dtype=np.int64
+            )
+        if hits.size == 0:
+            return []
+        if hits.size > limit:  # keep everything tied with the limit-th score, then sort
+            threshold = np.partition(scores[hits], hits.size - limit)[hits.size - limit]
+            hits = hits[scores[hits] >= threshold]
+        ranked = sorted(
+            ((self._ids[slot] or "", float(scores[slot])) for slot in hits),
+            key=lambda item: (-item[1], item[0]),
+        )
+        return ranked[:limit]
+
+    def expansion_terms(
+        self, query: str, *, feedback_docs: int = 8, max_terms: int = 8
+    ) -> list[tuple[str, float]]:
+        """Pseudo-relevance feedback (RM3's term model): terms of the top documents.
+
+        Each term is weighed by its frequency in each feedback document, that document's
+        normalised score and its idf; query terms are excluded. Weights sum to 1.
+        """
+        weighted = query_weights(query)
+        top = self.search(weighted, limit=feedback_docs)
+        if not top:
+            return []
+        best = top[0][1]
+        model: dict[str, float] = {}
+        for doc_id, score in top:
+            terms = self._terms[self._slot[doc_id]]
+            length = sum(terms.values()) or 1
+            for term, tf in terms.items():
+                if term in weighted or self.document_frequency(term) < 2:
+                    continue  # a term in one document only cannot associate anything
+                model[term] = model.get(term, 0.0) + (tf / length) * (score / best)
+        scored = {term: value * self.idf(term) for term, value in model.items()}
+        ranked = sorted(scored.items(), key=lambda item: (-item[1], item[0]))[:max_terms]
+        total = sum(value for _, value in ranked) or 1.0
+        return [(term, value / total) for term, value in ranked]
+
+
+def query_weights(query: str | Sequence[str]) -> dict[str, float]:
+    """Query terms with their counts as weights."""
+    terms = analyze(query) if isinstance(query, str) else list(query)
+    return {term: float(count) for term, count in Counter(terms).items()}

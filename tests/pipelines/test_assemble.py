@@ -1,0 +1,406 @@
+"""Assembly: request checks, partition fill, the working-memory window, the whole context."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from pipelines.assemble import (
+    CHUNK_MAX_TOKENS,
+    QUERY_MAX_BYTES,
+    QUERY_MAX_TOKENS,
+    SUMMARY_MAX_TOKENS,
+    ContextItem,
+    ContextRequest,
+    ContextSources,
+    Turn,
+    TurnSummary,
+    WorkingVariable,
+    advance_window,
+    assemble_context,
+    build_context,
+    check_context_request,
+    chunk_turns,
+    fit_partition,
+    plan_window,
+    summarise_chunk,
+)
+from pipelines.budget import DEFAULT_LAYOUT, Partition, layout_from_budgets
+from pipelines.focus import InfoKind, TaskPhase, directive_from_kinds
+from pipelines.records import InvalidInput, Level, MemoryType
+from pipelines.retrieve import Candidate, MemoryVersion, MemoryView, RetrievalResult
+from pipelines.rewrite import offline_rewrite
+from pipelines.summarize import extractive_summary
+from tests.pipelines.test_retrieve import MEMORIES, SCOPE, ports
+from workers.adapters.tokenizer import load_token_counter
+
+NOW = datetime(2024, 6, 1, 12, 0, tzinfo=UTC)
+DEEPSEEK = load_token_counter()
+FACTS = directive_from_kinds([InfoKind.FACTS], [])
+
+
+class WordCounter:
+    @property
+    def name(self) -> str:
+        return "words"
+
+    def count(self, text: str) -> int:
+        return len(text.split())
+
+
+WORDS = WordCounter()
+
+
+# -- the request --------------------------------------------------------------------------
+
+
+def request(**overrides: object) -> ContextRequest:
+    args: dict[str, object] = {
+        "task_id": "task-1",
+        "query": "What did we decide about the port?",
+        "budget_tokens": 64_000,
+    }
+    args.update(overrides)
+    return check_context_request(
+        args.pop("task_id"),
+        args.pop("query"),
+        args.pop("budget_tokens"),
+        args.pop("phase", None),
+        args.pop("focus", None),
+        counter=DEEPSEEK,
+    )
+
+
+def test_a_good_request_is_normalised() -> None:
+    checked = request(query="  What   did we\ndecide? ", phase="debugging", focus=["errors"])
+    assert checked.query == "What did we decide?"
+    assert checked.phase is TaskPhase.DEBUGGING
+    assert checked.focus == (InfoKind.ERRORS,)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field", "message"),
+    [
+        ({"query": ""}, "query", "empty"),
+        ({"query": "   \n"}, "query", "empty"),
+        ({"query": None}, "query", "must be text"),
+        ({"query": 42}, "query", "must be text"),
+        ({"query": ["what", "now"]}, "query", "must be text"),
+        ({"query": b"\xff\xfe"}, "query", "not valid UTF-8"),
+        ({"query": "a\x00b"}, "query", "NUL"),
+        ({"query": "x" * (QUERY_MAX_BYTES + 1)}, "query", f"limit is {QUERY_MAX_BYTES} bytes"),
+        ({"query": "熊" * 6_000}, "query", "18000 bytes of UTF-8"),
+        ({"query": "a1 " * 5_000}, "query", f"at most {QUERY_MAX_TOKENS} tokens"),
+        ({"task_id": ""}, "task_id", "malformed"),
+        ({"task_id": None}, "task_id", "required"),
+        ({"task_id": 7}, "task_id", "must be a string"),
+        ({"budget_tokens": 10_000}, "budget_tokens", "fixed partitions"),
+        ({"budget_tokens": "64k"}, "budget_tokens", "integer"),
+        ({"budget_tokens": 64_000.5}, "budget_tokens", "integer"),
+        ({"budget_tokens": 10**9}, "budget_tokens", "largest context"),
+        ({"phase": "coding"}, "phase", "unknown value"),
+        ({"focus": 3.5}, "focus", "must be None"),
+        ({"focus": ["vibes"]}, "focus", "unknown kind"),
+    ],
+)
+def test_bad_requests_name_the_field(
+    overrides: dict[str, object], field: str, message: str
+) -> None:
+    with pytest.raises(InvalidInput, match=message) as err:
+        request(**overrides)
+    assert err.value.field == field
+
+
+def test_size_errors_carry_the_limit() -> None:
+    with pytest.raises(InvalidInput) as err:
+        request(budget_tokens=1_000)
+    assert err.value.limit == ">= 24003 tokens"
+    with pytest.raises(InvalidInput) as err:
+        request(query="a1 " * 5_000)
+    assert err.value.limit == f"{QUERY_MAX_TOKENS} tokens"
+
+
+# -- one partition ------------------------------------------------------------------------
+
+
+def item(key: str, text: str, **extra: object) -> ContextItem:
+    fields: dict[str, object] = {"id": key, "text": text, "timestamp": NOW}
+    fields.update(extra)
+    return ContextItem.model_validate(fields)
+
+
+def test_everything_fits_untouched() -> None:
+    entries = [item("a", "one two"), item("b", "three")]
+    content = fit_partition(Partition.SCRATCH, entries, 100, WORDS, now=NOW)
+    assert content.text == "## Scratch\none two\nthree\n"
+    assert content.used_tokens == 5
+    assert content.evicted_ids == content.compressed_ids == ()
+
+
+def test_empty_partition_costs_nothing() -> None:
+    content = fit_partition(Partition.SCRATCH, [], 0, WORDS, now=NOW)
+    assert content.text == "" and content.used_tokens == 0
+
+
+def test_overflow_compresses_before_it_evicts() -> None:
+    # given two memories whose originals overflow but whose summaries fit
+    long_a = " ".join(["alpha"] * 30)
+    long_b = " ".join(["beta"] * 30)
+    entries = [
+        item("a", long_a, versions=("alpha summary",), relevance=0.9),
+        item("b", long_b, versions=("beta summary",), relevance=0.1),
+    ]
+    # when the partition has room for one original and one summary
+    content = fit_partition(Partition.RETRIEVED_MEMORY, entries, 35, WORDS, now=NOW)
+    # then the less relevant one is the one compressed, and nothing is evicted
+    assert content.compressed_ids == ("b",)
+    assert content.evicted_ids == ()
+    assert "beta summary" in content.text and long_a in content.text
+
+
+def test_eviction_takes_the_lowest_score_first() -> None:
+    # given an acknowledgement, an old observation and a fresh decision with identifiers
+    entries = [
+        item("ack", "ok thanks", timestamp=NOW - timedelta(hours=1)),
+        item("obs", "the build took four minutes today", type=MemoryType.OBSERVATION,
+             timestamp=NOW - timedelta(hours=200)),
+        item("dec", "we decided to serve on port 8080", type=MemoryType.DECISION),
+    ]  # fmt: skip
+    # when only room for the header and one line remains
+    content = fit_partition(Partition.TASK_CONTEXT, entries, 10, WORDS, now=NOW)
+    # then the decision survives
+    assert [placed.id for placed in content.items] == ["dec"]
+    assert content.evicted_ids == ("ack", "obs")
+
+
+def test_among_equals_the_earlier_item_goes_first() -> None:
+    entries = [item("first", "same words"), item("second", "same words")]
+    content = fit_partition(Partition.SCRATCH, entries, 4, WORDS, now=NOW)
+    assert content.evicted_ids == ("first",)
+
+
+def test_focus_terms_decide_between_equals() -> None:
+    entries = [item("x", "redis pool size is small"), item("y", "postgres pool size is small")]
+    content = fit_partition(Partition.SCRATCH, entries, 8, WORDS, now=NOW, focus_terms=["postgres"])
+    assert [placed.id for placed in content.items] == ["y"]
+
+
+def test_a_must_keep_item_is_cut_rather_than_dropped() -> None:
+    entries = [
+        item("old", "older words here"),
+        item("new", " ".join(["word"] * 50), must_keep=True),
+    ]
+    content = fit_partition(Partition.RECENT_INTERACTIONS, entries, 12, WORDS, now=NOW)
+    assert [placed.id for placed in content.items] == ["new"]
+    assert content.items[0].truncated
+    assert content.used_tokens <= 12
+
+
+# -- the working-memory window ------------------------------------------------------------
+
+
+def turns(count: int, start: int = 0, words: int = 8) -> list[Turn]:
+    return [
+        Turn(
+            id=f"t{i}",
+            speaker="user" if i % 2 else "agent",
+            content=f"turn {i} " + " ".join(["detail"] * words),
+            timestamp=NOW - timedelta(minutes=100 - i),
+        )
+        for i in range(start, start + count)
+    ]
+
+
+def test_up_to_25_turns_stay_verbatim() -> None:
+    plan = plan_window(turns(25), [], DEEPSEEK)
+    assert len(plan.verbatim) == 25 and plan.to_summarise == ()
+
+
+def test_past_25_turns_all_but_the_last_20_are_summarised() -> None:
+    history = turns(26)
+    plan = plan_window(history, [], DEEPSEEK)
+    assert [t.id for t in plan.verbatim] == [t.id for t in history[6:]]
+    assert [t.id for chunk in plan.to_summarise for t in chunk] == [t.id for t in history[:6]]
+
+
+def test_turns_already_summarised_are_not_counted_again() -> None:
+    history = turns(40)
+    summary = TurnSummary(
+        first_turn_id="t0", last_turn_id="t19", turn_count=20, content="s", timestamp=NOW, tokens=1
+    )
+    plan = plan_window(history, [summary], DEEPSEEK)
+    assert plan.to_summarise == ()  # 20 turns after the summary: under the threshold
+    assert plan.summaries == (summary,) and len(plan.verbatim) == 20
+
+
+def test_chunks_hold_at_most_4000_tokens() -> None:
+    history = turns(60, words=150)  # ~ 155 tokens each
+    chunks = chunk_turns(history, DEEPSEEK)
+    assert len(chunks) > 1
+    for chunk in chunks:
+        assert sum(DEEPSEEK.count(t.line() + "\n") for t in chunk) <= CHUNK_MAX_TOKENS
+    assert [t.id for c in chunks for t in c] == [t.id for t in history]
+
+
+class VerboseSummarizer:
+    """Ignores the word budget the first time, like a model that rambles."""
+
+    def __init__(self) -> None:
+        self.requests: list[int] = []
+
+    def summarize(self, content: str, max_words: int) -> str:
+        self.requests.append(max_words)
+        size = 2_000 if len(self.requests) == 1 else max_words
+        return " ".join(["decision"] * size)
+
+
+class OfflineSummarizer:
+    def summarize(self, content: str, max_words: int) -> str:
+        return extractive_summary(content, max_words)
+
+
+def test_a_summary_never_exceeds_500_real_tokens() -> None:
+    summarizer = VerboseSummarizer()
+    summary = summarise_chunk(turns(30, words=120), summarizer, DEEPSEEK)
+    assert summary.tokens == DEEPSEEK.count(summary.content) <= SUMMARY_MAX_TOKENS
+    assert len(summarizer.requests) == 2 and summarizer.requests[1] < summarizer.requests[0]
+    assert (summary.first_turn_id, summary.last_turn_id, summary.turn_count) == ("t0", "t29", 30)
+
+
+def test_the_offline_summary_keeps_decisions_and_state_changes() -> None:
+    chatter = turns(30, words=40)
+    chatter[7] = chatter[7].model_copy(
+        update={"content": "We decided to move the ledger to Postgres because of locking."}
+    )
+    chatter[19] = chatter[19].model_copy(update={"content": "Status: ATL-42 is now blocked."})
+    summary = summarise_chunk(chatter, OfflineSummarizer(), DEEPSEEK)
+    assert "decided to move the ledger to Postgres" in summary.content
+    assert "ATL-42 is now blocked" in summary.content
+    assert summary.tokens <= SUMMARY_MAX_TOKENS
+
+
+def test_a_summarizer_that_returns_nothing_keeps_the_chunks_start() -> None:
+    class Silent:
+        def summarize(self, content: str, max_words: int) -> str:
+            return "  "
+
+    summary = summarise_chunk(turns(3), Silent(), DEEPSEEK)
+    assert summary.content.startswith("agent: turn 0")
+
+
+def test_advancing_the_window_leaves_nothing_to_summarise() -> None:
+    plan = advance_window(turns(70, words=100), [], OfflineSummarizer(), DEEPSEEK)
+    assert plan.to_summarise == ()
+    assert len(plan.verbatim) == 20
+    assert plan.summaries and all(s.tokens <= SUMMARY_MAX_TOKENS for s in plan.summaries)
+    assert plan.summaries[-1].last_turn_id == "t49"
+    again = plan_window(turns(75, words=100), plan.summaries, DEEPSEEK)
+    assert again.to_summarise == () and len(again.verbatim) == 25
+
+
+# -- the whole context --------------------------------------------------------------------
+
+
+def retrieval_of(candidates: list[Candidate]) -> RetrievalResult:
+    return RetrievalResult(
+        candidates=tuple(candidates),
+        variants=offline_rewrite("q"),
+        focus=FACTS,
+        depth=len(candidates),
+        reranker="offline",
+        recalled={},
+    )
+
+
+def test_a_memory_that_does_not_fit_comes_in_its_compressed_version() -> None:
+    # given a retrieved-memory partition of 120 tokens and a 300-token memory with a summary
+    layout = layout_from_budgets({"retrieved_memory": 120, "recent_interactions": 100})
+    long_memory = MemoryView(
+        id="big",
+        content="We compared the ledger designs at length. " * 30,
+        timestamp=NOW,
+        versions=(MemoryVersion(level=Level.L1, content="Chose the double-entry ledger."),),
+    )
+    small = MemoryView(id="small", content="Priya owns the ledger.", timestamp=NOW)
+    retrieval = retrieval_of(
+        [Candidate(memory=long_memory, relevance=1.0), Candidate(memory=small, relevance=0.5)]
+    )
+    budget = layout.fixed_tokens + 120 + 100 + layout.spec(Partition.SCRATCH).budget_tokens
+    context = assemble_context(
+        ContextRequest(task_id="t", query="q", budget_tokens=budget),
+        ContextSources(),
+        counter=DEEPSEEK,
+        focus=FACTS,
+        now=NOW,
+        retrieval=retrieval,
+        layout=layout,
+    )
+    part = context.partition(Partition.RETRIEVED_MEMORY)
+    assert part.compressed_ids == ("big",)
+    assert "Chose the double-entry ledger." in part.text
+    assert "Priya owns the ledger." in part.text
+    assert part.used_tokens <= part.budget_tokens
+
+
+def test_an_oversized_system_prompt_is_refused() -> None:
+    with pytest.raises(InvalidInput) as err:
+        assemble_context(
+            ContextRequest(task_id="t", query="q", budget_tokens=64_000),
+            ContextSources(system="rule " * 5_000),
+            counter=DEEPSEEK,
+            focus=FACTS,
+            now=NOW,
+        )
+    assert err.value.field == "system"
+    assert err.value.limit == "4000 tokens"
+
+
+def test_build_context_runs_focus_retrieval_and_assembly() -> None:
+    # given a session with a long history, variables and a question about a decision
+    plan = advance_window(turns(40), [], OfflineSummarizer(), DEEPSEEK)
+    sources = ContextSources(
+        system="You are a careful agent.",
+        task_context=(ContextItem(id="goal", text="Goal: migrate the ledger.", must_keep=True),),
+        summaries=plan.summaries,
+        turns=plan.verbatim,
+        variables=(WorkingVariable(key="ledger.table", value="ledger_v2", updated_at=NOW),),
+        scratch=(ContextItem(id="note", text="check amount_cents rounding"),),
+    )
+    checked = check_context_request(
+        "task-1", "Why did we decide on amount_cents?", 40_000, "planning", None, counter=DEEPSEEK
+    )
+    # when the context is built
+    context = build_context(checked, sources, scope=SCOPE, ports=ports(), counter=DEEPSEEK)
+    # then every partition is filled within budget, the decision is retrieved, and the text
+    # is laid out in partition order
+    assert context.total_tokens == DEEPSEEK.count(context.text) <= 40_000
+    assert context.retrieval is not None
+    assert context.retrieval.candidates[0].memory.id == "m6"
+    assert "amount_cents" in context.partition(Partition.RETRIEVED_MEMORY).text
+    headers = [line for line in context.text.splitlines() if line.startswith("## ")]
+    assert headers == [
+        "## System",
+        "## Task context",
+        "## Retrieved memory",
+        "## Recent interactions",
+        "## Working variables",
+        "## Scratch",
+    ]
+    assert "(summary of 20 turns)" in context.text
+    assert context.focus.top is InfoKind.DECISIONS
+    assert context.tokenizer == "deepseek-v4"
+    assert sum(p.budget_tokens for p in context.partitions) == 40_000
+    assert len(MEMORIES) >= len(context.partition(Partition.RETRIEVED_MEMORY).items)
+
+
+def test_default_layout_budgets_follow_the_focus() -> None:
+    debugging = check_context_request(
+        "t", "it failed again, what did we just try?", 128_000, "debugging", None, counter=DEEPSEEK
+    )
+    context = build_context(
+        debugging, ContextSources(), scope=SCOPE, ports=ports(), counter=DEEPSEEK
+    )
+    budgets = {p.name: p.budget_tokens for p in context.partitions}
+    assert budgets[Partition.RECENT_INTERACTIONS] > 64_000
+    assert budgets[Partition.SYSTEM] == DEFAULT_LAYOUT.spec(Partition.SYSTEM).budget_tokens
