@@ -8,7 +8,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
 WORKDIR /src
-COPY pyproject.toml requirements.lock ./
+COPY pyproject.toml requirements.lock README.md ./
 COPY config ./config
 COPY pipelines ./pipelines
 COPY workers ./workers

@@ -61,7 +61,12 @@ def _cmd_stats(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from memharness.demo import run_demo
 
-    return run_demo(get_settings(), interactions=args.interactions, keep_running=args.keep)
+    return run_demo(
+        get_settings(),
+        interactions=args.interactions,
+        keep_running=args.keep,
+        external_workers=args.external_workers,
+    )
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
@@ -118,6 +123,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="a scripted agent writing and recalling through workers")
     p.add_argument("--interactions", type=int, default=200)
     p.add_argument("--keep", action="store_true", help="leave workers and Flower running")
+    p.add_argument(
+        "--external-workers",
+        action="store_true",
+        help="use a deployment's running workers (docker compose) instead of starting them",
+    )
     p.set_defaults(func=_cmd_demo)
 
     p = sub.add_parser("bench", help="benchmarks; each prints one JSON object last")

@@ -22,7 +22,6 @@ from memharness.processes import Managed, start_beat, start_flower, start_worker
 from memharness.stats import collect_stats, format_stats
 from workers.db import migrate
 
-TENANT = "demo"
 TASK = "atlas-billing-migration"
 
 
@@ -49,13 +48,39 @@ def _wait_for_flower(settings: Settings, flower: Managed, timeout_s: float = 30)
     return False
 
 
-def run_demo(settings: Settings, *, interactions: int = 200, keep_running: bool = False) -> int:
+def _wait_for_external_workers(settings: Settings, timeout_s: float = 60) -> list[str]:
+    """Workers of a deployment (docker compose): wait until one answers for each role."""
+    from workers.app import create_app
+
+    app = create_app(settings)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        replies = app.control.ping(timeout=1.0) or []
+        names = sorted(name for reply in replies for name in reply)
+        if names:
+            return names
+    raise TimeoutError(f"no worker answered a ping within {timeout_s:.0f}s")
+
+
+def run_demo(
+    settings: Settings,
+    *,
+    interactions: int = 200,
+    keep_running: bool = False,
+    external_workers: bool = False,
+) -> int:
     migrate(settings.database_url)
     log_dir = Path("var/log")
     run_id = time.strftime("%Y%m%d-%H%M%S")
+    # A tenant per run: the funnel below shows this run's writes, not every run's.
+    tenant = f"demo-{run_id}"
     print(f"== memory-harness demo (run {run_id}); logs in {log_dir}/")
     started: list[Managed] = []
     try:
+        if external_workers:
+            names = _wait_for_external_workers(settings)
+            print(f"== using the deployment's workers: {', '.join(names)}")
+            return _run_agent(settings, tenant, flower_ok=False, interactions=interactions)
         writer = start_worker("writer", ["write", "embed", "recall"], log_dir=log_dir)
         background = start_worker(
             "background", ["maintenance", "consolidate", "compress", "quality"], log_dir=log_dir
@@ -78,47 +103,7 @@ def run_demo(settings: Settings, *, interactions: int = 200, keep_running: bool 
             + ("" if flower_ok else " — Flower did not answer; see var/log/flower.log")
         )
 
-        turns = script(interactions)
-        receipts: list[WriteReceipt] = []
-        latencies_ms: list[float] = []
-        with MemoryClient(settings) as client:
-            print(f"== agent records {len(turns)} interactions over {turns[-1].day + 1} days")
-            for turn in turns:
-                started_at = time.perf_counter()
-                receipts.append(
-                    client.record(
-                        turn.text,
-                        tenant_id=TENANT,
-                        task_id=TASK,
-                        session_id=f"{run_id}-day{turn.day + 1}",
-                        timestamp=turn.timestamp,
-                        agent_id="atlas-agent",
-                    )
-                )
-                latencies_ms.append((time.perf_counter() - started_at) * 1000)
-            latencies_ms.sort()
-            by_status = Counter(receipt.status for receipt in receipts)
-            print(
-                f"   record(): p50 {latencies_ms[len(latencies_ms) // 2]:.2f} ms, "
-                f"max {latencies_ms[-1]:.2f} ms; receipts {dict(by_status)}"
-            )
-            waited = time.perf_counter()
-            accepted = [r.memory_id for r in receipts if r.status == "accepted"]
-            settled = client.wait_until_settled(accepted, timeout_s=120)
-            print(
-                f"== workers settled {len(accepted)} writes in "
-                f"{time.perf_counter() - waited:.2f}s: {settled}"
-            )
-            print("== recall (dense, tenant-scoped, answered by the store's owner process)")
-            for query in RECALL_QUERIES:
-                print(f"   Q: {query}")
-                for hit in client.recall(query, tenant_id=TENANT, task_id=TASK, limit=3):
-                    print(f"      {hit['score']:.3f} [{hit['type']}] {hit['content'][:110]}")
-        print("== what the workers did (memharness stats --tenant demo)")
-        print(format_stats(collect_stats(settings, tenant_id=TENANT)))
-        if flower_ok:
-            seen = _flower_workers(settings)
-            print(f"== Flower sees workers: {', '.join(sorted(seen))}")
+        _run_agent(settings, tenant, flower_ok=flower_ok, interactions=interactions)
         if keep_running:
             print("== --keep: leaving workers, beat and Flower running; Ctrl-C to stop")
             while True:
@@ -131,3 +116,48 @@ def run_demo(settings: Settings, *, interactions: int = 200, keep_running: bool 
             managed.stop()
         if started:
             print(f"== stopped {len(started)} processes")
+
+
+def _run_agent(settings: Settings, tenant: str, *, flower_ok: bool, interactions: int = 200) -> int:
+    turns = script(interactions)
+    receipts: list[WriteReceipt] = []
+    latencies_ms: list[float] = []
+    with MemoryClient(settings) as client:
+        print(f"== agent records {len(turns)} interactions over {turns[-1].day + 1} days")
+        for turn in turns:
+            started_at = time.perf_counter()
+            receipts.append(
+                client.record(
+                    turn.text,
+                    tenant_id=tenant,
+                    task_id=TASK,
+                    session_id=f"day{turn.day + 1}",
+                    timestamp=turn.timestamp,
+                    agent_id="atlas-agent",
+                )
+            )
+            latencies_ms.append((time.perf_counter() - started_at) * 1000)
+        latencies_ms.sort()
+        by_status = Counter(receipt.status for receipt in receipts)
+        print(
+            f"   record(): p50 {latencies_ms[len(latencies_ms) // 2]:.2f} ms, "
+            f"max {latencies_ms[-1]:.2f} ms; receipts {dict(by_status)}"
+        )
+        waited = time.perf_counter()
+        accepted = [r.memory_id for r in receipts if r.status == "accepted"]
+        settled = client.wait_until_settled(accepted, timeout_s=120)
+        print(
+            f"== workers settled {len(accepted)} writes in "
+            f"{time.perf_counter() - waited:.2f}s: {settled}"
+        )
+        print("== recall (dense, tenant-scoped, answered by the store's owner process)")
+        for query in RECALL_QUERIES:
+            print(f"   Q: {query}")
+            for hit in client.recall(query, tenant_id=tenant, task_id=TASK, limit=3):
+                print(f"      {hit['score']:.3f} [{hit['type']}] {hit['content'][:110]}")
+    print(f"== what the workers did (memharness stats --tenant {tenant})")
+    print(format_stats(collect_stats(settings, tenant_id=tenant)))
+    if flower_ok:
+        seen = _flower_workers(settings)
+        print(f"== Flower sees workers: {', '.join(sorted(seen))}")
+    return 0
