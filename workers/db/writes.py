@@ -16,7 +16,7 @@ from psycopg import Connection
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from pipelines.records import NewMemory
+from pipelines.records import InvalidInput, NewMemory
 from pipelines.write_filter import TierVerdict
 
 WRITE_JOB = "write"
@@ -75,11 +75,11 @@ class Conflict:
     same_content: bool
 
 
-def find_conflict(conn: Connection[Any], new: NewMemory) -> Conflict | None:
-    row = conn.execute(
-        FIND_CONFLICT,
-        (new.id, new.tenant_id, new.task_id, new.session_id, new.content_hash, new.id),
-    ).fetchone()
+def conflict_params(new: NewMemory) -> tuple[Any, ...]:
+    return (new.id, new.tenant_id, new.task_id, new.session_id, new.content_hash, new.id)
+
+
+def conflict_from_row(new: NewMemory, row: tuple[Any, ...] | None) -> Conflict | None:
     if row is None:
         return None
     existing_id, content_hash = row
@@ -88,6 +88,36 @@ def find_conflict(conn: Connection[Any], new: NewMemory) -> Conflict | None:
         same_id=existing_id == new.id,
         same_content=bytes(content_hash) == new.content_hash,
     )
+
+
+def find_conflict(conn: Connection[Any], new: NewMemory) -> Conflict | None:
+    return conflict_from_row(new, conn.execute(FIND_CONFLICT, conflict_params(new)).fetchone())
+
+
+def conflict_outcome(new: NewMemory, conflict: Conflict) -> tuple[uuid.UUID, str, bool]:
+    """What an insert that wrote nothing means: (existing id, reason, record a tier-1 drop).
+
+    The same id is a replay of this very write (same content required); another id with the
+    same content hash is an exact repeat in the session, which tier 1 records as dropped.
+    """
+    if conflict.same_id:
+        if not conflict.same_content:
+            raise InvalidInput(
+                "idempotency_key",
+                f"{new.idempotency_key!r} was already used for different content "
+                f"(memory {conflict.existing_id})",
+            )
+        return conflict.existing_id, "idempotent replay", False
+    return (
+        conflict.existing_id,
+        f"exact repeat of memory {conflict.existing_id} in this session",
+        True,
+    )
+
+
+def drop_params(new: NewMemory, reason: str) -> tuple[Any, ...]:
+    """INSERT_DECISION's parameters for a write that tier 1 dropped."""
+    return (new.id, new.tenant_id, 1, "drop", None, None, reason, "rules")
 
 
 # -- outbox claims -----------------------------------------------------------------------
