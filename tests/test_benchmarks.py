@@ -1,0 +1,83 @@
+"""Each benchmark runs on small inputs and ends with one JSON object carrying its keys."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.support.locomo_synth import write_locomo
+
+
+def last_json(capsys: pytest.CaptureFixture[str]) -> dict[str, object]:
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.strip()]
+    result: dict[str, object] = json.loads(lines[-1])
+    return result
+
+
+def test_retrieval_quality_reports_every_key(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    from memharness.bench.retrieval_quality import run
+
+    assert run(str(write_locomo(tmp_path / "c.json")), "hashing") == 0
+    result = last_json(capsys)
+    for key in ("recall_at_10_dense", "recall_at_10_full", "ndcg_at_10_full"):
+        assert 0.0 <= float(result[key]) <= 1.0, key
+    gain = float(result["recall_at_10_full"]) - float(result["recall_at_10_dense"])
+    assert float(result["full_minus_dense"]) == pytest.approx(gain, abs=1e-3)
+    assert result["questions"] == 5  # category 5 is not queried
+    assert float(result["recall_at_10_full"]) >= float(result["recall_at_10_dense"]) - 1e-9
+
+
+def test_retrieval_quality_refuses_a_missing_file(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    from memharness.bench.retrieval_quality import run
+
+    assert run(str(tmp_path / "absent.json"), "hashing") != 0
+    assert "error" in last_json(capsys)
+
+
+def test_compression_reports_recall_and_ratio(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    from memharness.bench.compression import run
+
+    assert run(str(write_locomo(tmp_path / "c.json"))) == 0
+    result = last_json(capsys)
+    for key in ("fact_recall_l1", "fact_recall_l2", "compression_ratio_l1",
+                "compression_ratio_l2", "decision_fidelity", "compress_per_s"):  # fmt: skip
+        assert key in result, key
+    assert 0.0 <= float(result["fact_recall_l1"]) <= 1.0
+    assert float(result["compression_ratio_l1"]) >= 1.0
+
+
+def test_consolidation_reports_its_rate(capsys) -> None:  # type: ignore[no-untyped-def]
+    from memharness.bench.consolidation import run
+
+    assert run(None, memories=400, batch=100) == 0
+    result = last_json(capsys)
+    assert result["memories"] == 400
+    assert float(result["memories_per_s"]) > 0
+
+
+@pytest.mark.integration
+def test_checkpoint_reports_its_percentiles(db, settings, capsys) -> None:  # type: ignore[no-untyped-def]
+    from memharness.bench.checkpoint import run
+
+    assert run(settings, iterations=20, warmup=5) == 0
+    result = last_json(capsys)
+    for key in ("save_p50_ms", "save_p99_ms", "restore_p50_ms", "restore_p99_ms"):
+        assert float(result[key]) > 0, key
+    assert db.execute("SELECT count(*) FROM checkpoints").fetchone()[0] == 0
+
+
+@pytest.mark.integration
+def test_write_path_reports_ratios_against_its_baselines(migrated, settings, capsys) -> None:  # type: ignore[no-untyped-def]
+    from memharness.bench.write_path import run
+
+    scratch = settings.model_copy(
+        update={"database_url": settings.database_url + "_wp", "redis_url": settings.redis_url}
+    )
+    assert run(scratch, records=200, noop_tasks=100, producers=2, latency_samples=50) == 0
+    result = last_json(capsys)
+    for key in ("record_p50_ms", "record_p99_ms", "floor_p50_ms", "record_to_floor_p50",
+                "ingest_per_s", "noop_tasks_per_s", "ingest_to_noop"):  # fmt: skip
+        assert float(result[key]) > 0, key
+    assert result["ingest_records"] == 200
