@@ -114,6 +114,123 @@ class Settings(BaseSettings):
         SecretStr("admin:change-me"), description="Flower basic auth, user:password."
     )
 
+    # -- background cognition (issue 4) ------------------------------------------------------
+    sweep_batch_size: int = Field(
+        200, ge=1, le=10000, description="Rows one sweep step handles before it requeues."
+    )
+    sweep_deadline_s: float = Field(
+        20.0, gt=0, description="A sweep step stops and requeues itself with its cursor."
+    )
+    tenant_idle_s: float = Field(
+        600.0, ge=0, description="A tenant with no write for this long gets decay sweeps."
+    )
+    decay_interval_s: float = Field(300.0, gt=0, description="Period of the decay sweep.")
+    compress_interval_s: float = Field(
+        900.0, gt=0, description="Period of the compression sweep below the watermark."
+    )
+    compress_tick_s: float = Field(
+        60.0, gt=0, description="How often the capacity check may start a compression sweep."
+    )
+    episodic_capacity: int = Field(
+        100000, ge=1, description="Live episodic rows the store is sized for."
+    )
+    capacity_watermark: float = Field(
+        0.8, gt=0, le=1, description="Share of episodic_capacity past which compression speeds up."
+    )
+    quality_interval_s: float = Field(
+        600.0, gt=0, description="Period of the quality sweep over unchecked summaries."
+    )
+    consolidate_cron: str = Field(
+        "0 2 * * *", description="Crontab of the nightly consolidation, in schedule_timezone."
+    )
+    consolidate_window_days: int = Field(
+        30, ge=1, description="Consolidation reads the episodic rows of this many days."
+    )
+    schedule_timezone: str = Field(
+        "", description="IANA zone of cron schedules. Empty: the machine's local zone."
+    )
+    beat_leader_ttl_s: float = Field(
+        30.0, ge=2, description="Lease of the beat leader lock; a standby beat takes over after."
+    )
+
+    @model_validator(mode="after")
+    def _check_cognition(self) -> Settings:
+        if self.sweep_deadline_s * 2 > self.task_soft_time_limit_s:
+            raise ValueError("sweep_deadline_s must be at most half of task_soft_time_limit_s")
+        if len(self.consolidate_cron.split()) != 5:
+            raise ValueError("consolidate_cron must have five crontab fields")
+        return self
+
+    # -- the read path: context assembly (issue 3) ------------------------------------------
+    context_system_tokens: int = Field(
+        4000, ge=1, description="Budget of the system partition (fixed)."
+    )
+    context_task_tokens: int = Field(
+        8000, ge=1, description="Budget of the task-context partition (fixed)."
+    )
+    context_retrieved_tokens: int = Field(
+        32000, ge=1, description="Weight of the retrieved-memory partition (elastic)."
+    )
+    context_recent_tokens: int = Field(
+        64000, ge=1, description="Weight of the recent-interactions partition (elastic)."
+    )
+    context_variables_tokens: int = Field(
+        12000, ge=1, description="Budget of the working-variables partition (fixed)."
+    )
+    context_scratch_tokens: int = Field(
+        8000, ge=1, description="Weight of the scratch partition (elastic)."
+    )
+    context_timeout_s: float = Field(
+        30.0, gt=0, description="How long context() waits for the store owner's answer."
+    )
+    tokenizer: str = Field(
+        "deepseek-v4", description="Token counter of budgets: deepseek-v4 or a tokenizer.json path."
+    )
+    working_memory_max_turns: int = Field(
+        200, ge=30, description="Turns the Redis working-memory pool keeps per session."
+    )
+    working_memory_ttl_s: int = Field(
+        604800, ge=60, description="Idle life of a session's working memory in Redis."
+    )
+
+    # -- vector index (issue 3: engine and maintenance) -------------------------------------
+    vector_episodic_hnsw_m: int = Field(
+        16, ge=4, le=128, description="HNSW edges per node of the episodic collection."
+    )
+    vector_episodic_ef_construct: int = Field(
+        200, ge=4, description="HNSW build candidates of the episodic collection."
+    )
+    vector_episodic_search_ef: int = Field(
+        128, ge=1, description="HNSW search candidates of the episodic collection."
+    )
+    vector_episodic_pq: Literal["off", "x4", "x8", "x16", "x32"] = Field(
+        "off", description="Product quantization of the episodic collection: off or a ratio."
+    )
+    vector_semantic_hnsw_m: int = Field(
+        32, ge=4, le=128, description="HNSW edges per node of the semantic collection."
+    )
+    vector_semantic_ef_construct: int = Field(
+        400, ge=4, description="HNSW build candidates of the semantic collection."
+    )
+    vector_semantic_search_ef: int = Field(
+        128, ge=1, description="HNSW search candidates of the semantic collection."
+    )
+    index_rebuild_deleted_ratio: float = Field(
+        0.1, gt=0, lt=1, description="Rebuild a collection once this share of it was deleted."
+    )
+    index_check_interval_s: float = Field(
+        600.0, gt=0, description="Period of the check that applies the rebuild rule."
+    )
+    index_compaction_cron: str = Field(
+        "0 4 * * 0", description="Crontab of the weekly index compaction."
+    )
+    index_reconcile_cron: str = Field(
+        "30 3 * * *", description="Crontab of the reconciler (index made equal to PostgreSQL)."
+    )
+    index_batch_size: int = Field(
+        1000, ge=10, le=20000, description="Points per batch of rebuilds and reconciliation."
+    )
+
     @model_validator(mode="after")
     def _check_relations(self) -> Settings:
         if self.db_pool_min > self.db_pool_max:

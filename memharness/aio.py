@@ -9,6 +9,7 @@ thread; the common path never leaves the event loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Mapping
 from datetime import datetime
@@ -32,7 +33,8 @@ from workers.db.writes import (
     drop_params,
     memory_params,
 )
-from workers.write_service import DRAIN_FLAG, DRAIN_FLAG_TTL_S, DRAIN_TASK
+from workers.working_memory import queue_push, turn_record
+from workers.write_service import DRAIN_FLAG, queue_drain_flag, send_drain
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +110,7 @@ class AsyncMemoryClient:
         async with self._pool.connection() as conn:
             if not verdict.keep:
                 await conn.execute(INSERT_DECISION, drop_params(new, verdict.reason))
+                await self._after_commit(new, publish=False)
                 return WriteReceipt(new.id, "dropped", verdict.reason)
             cursor = await conn.execute(INSERT_MEMORY_WITH_JOB, memory_params(new))
             if await cursor.fetchone() is None:
@@ -119,23 +122,30 @@ class AsyncMemoryClient:
                 if record_drop:
                     await conn.execute(INSERT_DECISION, drop_params(new, reason))
                 return WriteReceipt(existing, "duplicate", reason)
-        await self._publish(str(new.id))
+        await self._after_commit(new, publish=True)
         return WriteReceipt(new.id, "accepted", "queued for the write workers")
 
-    async def _publish(self, trigger_id: str) -> None:
+    async def _after_commit(self, new: NewMemory, *, publish: bool) -> None:
+        """As ``MemoryClient._after_commit``: one Redis round trip for the working-memory
+        window and the drain flag; failures are logged, the relay covers the publish."""
         try:
-            if not await self._redis.set(DRAIN_FLAG, trigger_id, nx=True, ex=DRAIN_FLAG_TTL_S):
-                return
+            pipe = self._redis.pipeline(transaction=False)
+            queue_push(
+                pipe,
+                [turn_record(new)],
+                max_turns=self.settings.working_memory_max_turns,
+                ttl_s=self.settings.working_memory_ttl_s,
+            )
+            if publish:
+                queue_drain_flag(pipe, str(new.id))
+            replies = await pipe.execute()
+        except aredis.RedisError as exc:
+            log.warning("after-commit Redis round trip failed (%s); the relay will publish", exc)
+            return
+        if publish and replies[-1]:
             try:
-                await asyncio.to_thread(
-                    self._app.send_task,
-                    DRAIN_TASK,
-                    kwargs={"trigger_id": trigger_id},
-                    queue="write",
-                )
-            except Exception:
-                await self._redis.delete(DRAIN_FLAG)
-                raise
-        except Exception as exc:
-            # Committed already: the outbox relay publishes it again when the broker is back.
-            log.warning("publish after commit failed (%s); the relay will retry", exc)
+                await asyncio.to_thread(send_drain, self._app, str(new.id))
+            except Exception as exc:
+                log.warning("publish after commit failed (%s); the relay will retry", exc)
+                with contextlib.suppress(aredis.RedisError):
+                    await self._redis.delete(DRAIN_FLAG)

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from config import get_settings
+from memharness.bench.retrieval_latency import register_bench as register_latency
 from memharness.checkpoint_cli import register as register_checkpoints
 from memharness.checkpoint_cli import register_bench
 
@@ -152,6 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--memories", type=int, default=20000)
     b.add_argument("--batch", type=int, default=1000)
     register_bench(bench)
+    register_latency(bench)
     p.set_defaults(func=_cmd_bench)
 
     register_checkpoints(sub)

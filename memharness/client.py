@@ -5,13 +5,15 @@ trip, one transaction) → publish after COMMIT → return the id. The slow work
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import redis
 from celery import Celery
@@ -27,6 +29,8 @@ from pipelines.records import (
     MemoryType,
     Modality,
     NewMemory,
+    check_id,
+    check_text,
     prepare_write,
 )
 from pipelines.write_filter import tier1_filter
@@ -34,11 +38,20 @@ from workers.db import open_pool
 from workers.db.writes import (
     INSERT_DECISION,
     INSERT_MEMORY_WITH_JOB,
+    conflict_outcome,
+    drop_params,
     find_conflict,
     funnel,
     memory_params,
 )
-from workers.write_service import publish_drain
+from workers.working_memory import WorkingMemoryPool, queue_push, turn_record
+from workers.write_service import DRAIN_FLAG, queue_drain_flag, send_drain
+
+if TYPE_CHECKING:
+    from pipelines.assemble import AssembledContext
+    from pipelines.tokens import TokenCounter
+    from workers.cognition_service import Traversal
+    from workers.read_service import ReadStores
 
 log = logging.getLogger(__name__)
 
@@ -67,10 +80,21 @@ class MemoryClient:
             app = create_app(self.settings)
         self._app = app
         self._checkpoints: CheckpointService | None = None
+        self._working_memory = WorkingMemoryPool(
+            self._redis,
+            max_turns=self.settings.working_memory_max_turns,
+            ttl_s=self.settings.working_memory_ttl_s,
+        )
+        self._counter: TokenCounter | None = None
+        self._local_reads: ReadStores | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
 
     def close(self) -> None:
+        if self._local_reads is not None:
+            self._local_reads.vectors.close()
+            if isinstance(self._local_reads.executor, ThreadPoolExecutor):
+                self._local_reads.executor.shutdown(wait=False)
         self._pool.close()
         self._redis.close()
 
@@ -149,12 +173,13 @@ class MemoryClient:
         verdict = tier1_filter(new.content)
         with self._pool.connection() as conn:
             if not verdict.keep:
-                self._record_drop(conn, new, verdict.reason)
+                conn.execute(INSERT_DECISION, drop_params(new, verdict.reason))
+                self._after_commit([new], publish_id=None)
                 return WriteReceipt(new.id, "dropped", verdict.reason)
             row = conn.execute(INSERT_MEMORY_WITH_JOB, memory_params(new)).fetchone()
             if row is None:
                 return self._resolve_conflict(conn, new)
-        self._publish(new.id)
+        self._after_commit([new], publish_id=new.id)
         return WriteReceipt(new.id, "accepted", "queued for the write workers")
 
     def _write_many(self, batch: Sequence[NewMemory]) -> list[WriteReceipt]:
@@ -166,7 +191,7 @@ class MemoryClient:
                 for index, new in enumerate(batch):
                     verdict = tier1_filter(new.content)
                     if not verdict.keep:
-                        self._record_drop(conn, new, verdict.reason)
+                        conn.execute(INSERT_DECISION, drop_params(new, verdict.reason))
                         receipts[index] = WriteReceipt(new.id, "dropped", verdict.reason)
                     else:
                         pending.append((index, new))
@@ -188,41 +213,82 @@ class MemoryClient:
                     receipts[index] = WriteReceipt(new.id, "accepted", "queued for the workers")
                 else:
                     receipts[index] = self._resolve_conflict(conn, new)
-        if inserted:
-            self._publish(batch[inserted[0]].id)
-        return [receipt for receipt in receipts if receipt is not None]
-
-    def _record_drop(self, conn: Any, new: NewMemory, reason: str) -> None:
-        conn.execute(
-            INSERT_DECISION, (new.id, new.tenant_id, 1, "drop", None, None, reason, "rules")
+        self._after_commit(
+            [
+                new
+                for new, receipt in zip(batch, receipts, strict=True)
+                if receipt is not None and receipt.status != "duplicate"
+            ],
+            publish_id=batch[inserted[0]].id if inserted else None,
         )
+        return [receipt for receipt in receipts if receipt is not None]
 
     def _resolve_conflict(self, conn: Any, new: NewMemory) -> WriteReceipt:
         conflict = find_conflict(conn, new)
         if conflict is None:  # deleted between the insert and this look: write it again
             row = conn.execute(INSERT_MEMORY_WITH_JOB, memory_params(new)).fetchone()
             if row is not None:
-                self._publish(new.id)
+                self._after_commit([], publish_id=new.id)
                 return WriteReceipt(new.id, "accepted", "queued for the write workers")
             raise RuntimeError(f"memory {new.id} conflicts but cannot be found")
-        if conflict.same_id:
-            if not conflict.same_content:
-                raise InvalidInput(
-                    "idempotency_key",
-                    f"{new.idempotency_key!r} was already used for different content "
-                    f"(memory {conflict.existing_id})",
-                )
-            return WriteReceipt(conflict.existing_id, "duplicate", "idempotent replay")
-        reason = f"exact repeat of memory {conflict.existing_id} in this session"
-        self._record_drop(conn, new, reason)
-        return WriteReceipt(conflict.existing_id, "duplicate", reason)
+        existing, reason, record_drop = conflict_outcome(new, conflict)
+        if record_drop:
+            conn.execute(INSERT_DECISION, drop_params(new, reason))
+        return WriteReceipt(existing, "duplicate", reason)
 
-    def _publish(self, memory_id: uuid.UUID) -> None:
+    def _after_commit(self, turns: Sequence[NewMemory], *, publish_id: uuid.UUID | None) -> None:
+        """One Redis round trip after COMMIT: the turns into their sessions' working-memory
+        windows and, when a write was inserted, the drain flag; a drain is published only if
+        no other was queued. Failures are logged, never raised: the rows are durable, and the
+        outbox relay publishes what was not.
+
+        Dropped turns go into the window too: it is the conversation as it happened.
+        """
         try:
-            publish_drain(self._redis, self._app, str(memory_id))
-        except Exception as exc:
-            # Committed already: the outbox relay publishes it again when the broker is back.
-            log.warning("publish after commit failed (%s); the relay will retry", exc)
+            pipe = self._redis.pipeline(transaction=False)
+            queue_push(
+                pipe,
+                [turn_record(new) for new in turns],
+                max_turns=self._working_memory.max_turns,
+                ttl_s=self._working_memory.ttl_s,
+            )
+            if publish_id is not None:
+                queue_drain_flag(pipe, str(publish_id))
+            flag_set = pipe.execute()[-1] if publish_id is not None else False
+        except redis.RedisError as exc:
+            log.warning("after-commit Redis round trip failed (%s); the relay will publish", exc)
+            return
+        if flag_set:
+            try:
+                send_drain(self._app, str(publish_id))
+            except Exception as exc:
+                log.warning("publish after commit failed (%s); the relay will retry", exc)
+                with contextlib.suppress(redis.RedisError):
+                    self._redis.delete(DRAIN_FLAG)
+
+    # -- links and task lifecycle ----------------------------------------------------------
+
+    def affected_by(self, query: str, *, tenant_id: str, max_hops: int = 3) -> Traversal:
+        """Multi-hop: the memories ``query`` is about, then what their causal links reach
+        ("what does the delay of the auth module affect?")."""
+        from pipelines.assemble import QUERY_MAX_BYTES
+        from workers.cognition_service import affected_by
+
+        check_id("tenant_id", tenant_id)
+        check_text("query", query, QUERY_MAX_BYTES)
+        if not 1 <= max_hops <= 10:
+            raise InvalidInput("max_hops", f"must be between 1 and 10, got {max_hops}", "10")
+        return affected_by(self._pool, tenant_id, query, max_hops=max_hops)
+
+    def complete_task(self, tenant_id: str, task_id: str) -> None:
+        """The task is finished: its memories get an L3 task summary in the background."""
+        check_id("tenant_id", tenant_id)
+        check_id("task_id", task_id)
+        self._app.send_task(
+            "memory.compress.complete_task",
+            kwargs={"tenant_id": tenant_id, "task_id": task_id},
+            queue="compress",
+        )
 
     # -- task checkpoints -------------------------------------------------------------------
 
@@ -310,6 +376,116 @@ class MemoryClient:
         )
         hits: list[dict[str, Any]] = result.get(timeout=timeout_s)
         return hits
+
+    def context(
+        self,
+        task_id: str,
+        query: str,
+        budget_tokens: int,
+        phase: str | None = None,
+        focus: str | Sequence[str] | None = None,
+        *,
+        tenant_id: str,
+        session_id: str | None = None,
+        system: str = "",
+        task_context: Sequence[str] | None = None,
+        variables: Mapping[str, Any] | None = None,
+        scratch: Sequence[str] | None = None,
+        timeout_s: float | None = None,
+    ) -> AssembledContext:
+        """The context of the agent's next step, laid out in partitions within ``budget_tokens``.
+
+        ``phase`` is the task phase (planning, execution, debugging, review, reflection);
+        ``focus`` a text hint or a list of information kinds, most needed first. The recent
+        interactions are ``session_id``'s window (default: the task's latest session). Raises
+        :class:`InvalidInput` naming the field and the limit, before anything is sent.
+
+        Embedded mode: the store's owner assembles it (``memory.recall.context`` on the
+        ``recall`` queue). With a Qdrant server the pipeline runs here, bound the same way.
+        """
+        from workers.read_service import check_context_call, layout_of
+
+        call = check_context_call(
+            tenant_id=tenant_id,
+            task_id=task_id,
+            query=query,
+            budget_tokens=budget_tokens,
+            phase=phase,
+            focus=focus,
+            session_id=session_id,
+            system=system,
+            task_context=task_context,
+            variables=variables,
+            scratch=scratch,
+            counter=self._token_counter(),
+            layout=layout_of(self.settings),
+            content_max_bytes=self.settings.content_max_bytes,
+        )
+        if self.settings.qdrant_url:
+            from workers.read_service import context_answer
+
+            answer = context_answer(self._read_stores(), call.to_json(), self._publish_touch)
+        else:
+            result = self._app.send_task(
+                "memory.recall.context", kwargs=call.to_json(), queue="recall"
+            )
+            answer = result.get(timeout=timeout_s or self.settings.context_timeout_s)
+        return self._context_from(answer)
+
+    def _context_from(self, answer: Any) -> AssembledContext:
+        from pipelines.assemble import AssembledContext
+
+        if not isinstance(answer, dict):
+            raise RuntimeError(f"memory.recall.context answered {type(answer).__name__}")
+        error = answer.get("error")
+        if isinstance(error, dict):
+            message = str(error.get("message", "invalid"))
+            field = str(error.get("field", "arguments"))
+            prefix = f"{field}: "
+            raise InvalidInput(
+                field,
+                message[len(prefix) :] if message.startswith(prefix) else message,
+                error.get("limit"),
+            )
+        return AssembledContext.model_validate(answer["context"])
+
+    def _token_counter(self) -> TokenCounter:
+        if self._counter is None:
+            from workers.adapters.tokenizer import load_token_counter
+
+            self._counter = load_token_counter(self.settings.tokenizer)
+        return self._counter
+
+    def _read_stores(self) -> ReadStores:
+        """Server mode: the read path bound in this process (the Qdrant server is shared)."""
+        if self._local_reads is None:
+            from workers.adapters import build_embedder, build_llm, build_vector_index
+            from workers.read_service import ReadStores
+            from workers.tasks.recall import RECALL_THREADS
+
+            self._local_reads = ReadStores(
+                settings=self.settings,
+                pool=self._pool,
+                vectors=build_vector_index(self.settings),
+                embedder=build_embedder(self.settings),
+                llm=build_llm(self.settings),
+                counter=self._token_counter(),
+                working_memory=self._working_memory,
+                collection=f"{self.settings.collection_prefix}_episodic",
+                executor=ThreadPoolExecutor(RECALL_THREADS, thread_name_prefix="recall"),
+            )
+        return self._local_reads
+
+    def _publish_touch(self, tenant_id: str, memory_ids: list[str], accessed_at: datetime) -> None:
+        self._app.send_task(
+            "memory.maintenance.touch_memories",
+            kwargs={
+                "tenant_id": tenant_id,
+                "memory_ids": memory_ids,
+                "accessed_at": accessed_at.isoformat(),
+            },
+            queue="maintenance",
+        )
 
     def wait_until_settled(
         self, memory_ids: Iterable[uuid.UUID], *, timeout_s: float = 30.0

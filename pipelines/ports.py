@@ -9,12 +9,21 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from pipelines.checkpoint import ResumeCalibration, TaskCheckpoint
 from pipelines.records import MemoryType
+
+if TYPE_CHECKING:  # the read path's records import this module: no cycle at run time
+    from pipelines.compress import AnnotateRequest, AnnotationBatch, CompressRequest, SummaryOutput
+    from pipelines.consolidate import KnowledgeBatch
+    from pipelines.focus import FocusDirective, TaskPhase
+    from pipelines.link import CausalBatch
+    from pipelines.records import EpisodicMemory
+    from pipelines.retrieve import RerankItem
+    from pipelines.rewrite import QueryVariants
 
 
 class LLMError(Exception):
@@ -67,6 +76,49 @@ class LLM(Protocol):
         against the outside world first (``pipelines.checkpoint.offline_calibration``)."""
         ...
 
+    # -- the read path (pipelines.focus, pipelines.rewrite, pipelines.retrieve) --------------
+
+    def focus_directive(
+        self, query: str, phase: TaskPhase | None, hint: str | None
+    ) -> FocusDirective:
+        """Which kinds of information this step needs (``pipelines.focus.offline_focus``)."""
+        ...
+
+    def rewrite_query(self, query: str, phase: str | None, focus: Sequence[str]) -> QueryVariants:
+        """Literal, intent and associative variants (``pipelines.rewrite.offline_rewrite``)."""
+        ...
+
+    def rerank(
+        self,
+        query: str,
+        items: Sequence[RerankItem],
+        *,
+        phase: TaskPhase | None,
+        focus: FocusDirective,
+    ) -> list[float]:
+        """One relevance in [0, 1] per item, in the items' order (the task-aware reranker)."""
+        ...
+
+    # -- background cognition (pipelines.compress, .consolidate, .link) ---------------------
+
+    def annotate_segments(self, request: AnnotateRequest) -> AnnotationBatch:
+        """Compression stage 1: each segment's kind, entities, identifiers, resolved text."""
+        ...
+
+    def compress_segments(self, request: CompressRequest) -> SummaryOutput:
+        """Compression stage 2: the summary within ``request.target_words``."""
+        ...
+
+    def extract_knowledge(self, memories: Sequence[EpisodicMemory]) -> KnowledgeBatch:
+        """Consolidation stage 1: preferences, patterns, mistakes, conventions."""
+        ...
+
+    def propose_causal(
+        self, memory: EpisodicMemory, candidates: Sequence[EpisodicMemory]
+    ) -> CausalBatch:
+        """Causal edges between ``memory`` and ``candidates``, with their direction."""
+        ...
+
 
 @runtime_checkable
 class Embedder(Protocol):
@@ -81,12 +133,22 @@ class Embedder(Protocol):
     def embed(self, texts: Sequence[str]) -> list[list[float]]: ...
 
 
+# Names of the two dense vectors of a point: what the memory says, and the situation it was
+# written in (phase, focus, trigger; ``pipelines.embedding_context``).
+CONTENT_VECTOR = "content"
+CONTEXT_VECTOR = "context"
+
+
 class VectorPoint(BaseModel):
+    """One memory in the index. ``vector`` is the content vector; ``context`` the optional
+    context vector (same embedder, same size). The id is the memory id."""
+
     model_config = ConfigDict(frozen=True)
 
     id: uuid.UUID
     vector: list[float]
     payload: dict[str, Any]
+    context: list[float] | None = None
 
 
 class VectorHit(BaseModel):
@@ -97,17 +159,99 @@ class VectorHit(BaseModel):
     payload: dict[str, Any] = Field(default_factory=dict)
 
 
+class CollectionParams(BaseModel):
+    """Index parameters of one collection (README "Vector index"). ``pq`` is the product
+    quantization compression ratio (``x4`` … ``x32``), or None for full-precision search."""
+
+    model_config = ConfigDict(frozen=True)
+
+    hnsw_m: int = Field(16, ge=4, le=128)
+    hnsw_ef_construct: int = Field(200, ge=4, le=4096)
+    search_ef: int = Field(128, ge=1, le=4096)
+    pq: str | None = Field(None, pattern=r"^x(4|8|16|32|64)$")
+
+
+class CollectionStats(BaseModel):
+    """What the maintenance rules need: live points and points deleted since the build."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    points: int = Field(ge=0)
+    deleted: int = Field(ge=0)
+    segments: int = Field(ge=0)
+
+    @property
+    def deleted_ratio(self) -> float:
+        total = self.points + self.deleted
+        return self.deleted / total if total else 0.0
+
+
+class ContextFusion(BaseModel):
+    """Search both named vectors; a hit scores content_weight·cos(content) +
+    context_weight·cos(context), a side the point is missing from counting 0."""
+
+    model_config = ConfigDict(frozen=True)
+
+    context: list[float]
+    content_weight: float = Field(ge=0.0)
+    context_weight: float = Field(ge=0.0)
+
+
 @runtime_checkable
 class VectorIndex(Protocol):
-    """A narrow vector store: tenant scope is a required argument of every read."""
+    """A narrow vector store: tenant scope is a required argument of every read.
 
-    def ensure_collection(self, name: str, dim: int) -> None: ...
+    Readers and writers name collections by alias (``memharness_episodic``); the physical
+    collection behind an alias is a generation (``memharness_episodic__g3``) that a rebuild
+    replaces by switching the alias in one call. Every method taking ``collection`` accepts
+    either an alias or a physical name.
+    """
+
+    def ensure_collection(
+        self, name: str, dim: int, params: CollectionParams | None = None
+    ) -> None:
+        """Make ``name`` usable: an existing alias or collection is checked for its vector
+        size; otherwise generation 1 is created with ``params`` and aliased as ``name``."""
+        ...
+
+    def create_collection(self, name: str, dim: int, params: CollectionParams) -> None:
+        """A new physical collection (content + context vectors, payload indexes)."""
+        ...
+
+    def drop_collection(self, name: str) -> None: ...
+
+    def collections(self) -> list[str]:
+        """Physical collections, sorted."""
+        ...
+
+    def resolve(self, name: str) -> str | None:
+        """The physical collection behind an alias (or the name itself); None if neither."""
+        ...
+
+    def switch_alias(self, alias: str, collection: str) -> str | None:
+        """Point ``alias`` at ``collection`` atomically; returns the previous target."""
+        ...
 
     def upsert(self, collection: str, points: Sequence[VectorPoint]) -> None: ...
 
-    def delete(self, collection: str, ids: Sequence[uuid.UUID]) -> None: ...
+    def delete(self, collection: str, ids: Sequence[uuid.UUID]) -> None:
+        """Delete by ids; those that existed count towards ``stats().deleted``."""
+        ...
 
     def count(self, collection: str, tenant_id: str | None = None) -> int: ...
+
+    def stats(self, collection: str) -> CollectionStats: ...
+
+    def scroll_ids(
+        self, collection: str, offset: uuid.UUID | None = None, limit: int = 1000
+    ) -> tuple[list[uuid.UUID], uuid.UUID | None]:
+        """One page of point ids in id order and the offset of the next (None: done)."""
+        ...
+
+    def retrieve(self, collection: str, ids: Sequence[uuid.UUID]) -> list[VectorPoint]:
+        """The stored points (both vectors and payload) of those ``ids`` that exist."""
+        ...
 
     def search(
         self,
@@ -117,6 +261,17 @@ class VectorIndex(Protocol):
         tenant_id: str,
         task_id: str | None = None,
         limit: int = 10,
-    ) -> list[VectorHit]: ...
+        using: str = CONTENT_VECTOR,
+        fusion: ContextFusion | None = None,
+        since_ts: float | None = None,
+    ) -> list[VectorHit]:
+        """Nearest points inside the tenant's scope. With ``fusion`` the content vector
+        (``vector``) and the context vector are searched together and each score is the
+        weighted sum of the two cosines (``ContextFusion``)."""
+        ...
+
+    def optimize(self, collection: str) -> None:
+        """Compaction: vacuum deleted points, merge segments, (re)build the HNSW graph."""
+        ...
 
     def close(self) -> None: ...

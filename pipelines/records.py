@@ -65,6 +65,11 @@ class MemoryStatus(StrEnum):
     STORED = "stored"
     DISCARDED = "discarded"
     DEAD = "dead"
+    # A summary rolled back by quality sampling: kept for the record, never recalled.
+    RETIRED = "retired"
+    # Forgotten by the decay model: the row stays (a rollback may still read it), the vector
+    # point is gone.
+    EVICTED = "evicted"
 
 
 def check_id(field: str, value: object, *, required: bool = True) -> str | None:

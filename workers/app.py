@@ -10,7 +10,13 @@ from kombu import Exchange, Queue
 from config import Settings, get_settings
 from workers.queues import CeleryQueue
 
-TASK_MODULES = ("workers.tasks.write", "workers.tasks.maintenance", "workers.tasks.recall")
+TASK_MODULES = (
+    "workers.tasks.write",
+    "workers.tasks.maintenance",
+    "workers.tasks.recall",
+    "workers.tasks.index",
+    "workers.tasks.cognition",
+)
 
 
 def celery_config(settings: Settings) -> dict[str, object]:

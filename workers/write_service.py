@@ -18,6 +18,7 @@ from typing import Any
 import redis
 from celery import Celery
 
+from pipelines.embedding_context import context_text
 from pipelines.ports import LLMError, TransientLLMError, VectorPoint
 from pipelines.records import MemoryType
 from pipelines.summarize import needs_summary
@@ -35,6 +36,7 @@ from workers.db.writes import (
     fetch_memories,
     finish_batch,
 )
+from workers.index_service import EPISODIC, collection_params
 
 log = logging.getLogger(__name__)
 
@@ -51,20 +53,16 @@ SUMMARY_MAX_WORDS = 60
 REMOTE_LLM_BATCH = 8
 
 
-def publish_drain(r: redis.Redis, app: Celery, trigger_id: str | None) -> bool:
-    """Publish a drain unless one is queued already. Returns True when a task was sent.
+def queue_drain_flag(pipe: Any, trigger_id: str) -> None:
+    """Queue ``SET NX`` of the drain flag on a Redis pipeline (sync or asyncio); its reply
+    says whether this writer must publish the drain (True) or one is queued already."""
+    pipe.set(DRAIN_FLAG, trigger_id, nx=True, ex=DRAIN_FLAG_TTL_S)
 
-    Called after COMMIT. A failure here loses nothing: the job is in the outbox and the relay
-    publishes it again; the caller only logs.
-    """
-    if not r.set(DRAIN_FLAG, trigger_id or "relay", nx=True, ex=DRAIN_FLAG_TTL_S):
-        return False
-    try:
-        app.send_task(DRAIN_TASK, kwargs={"trigger_id": trigger_id}, queue="write")
-    except Exception:
-        r.delete(DRAIN_FLAG)
-        raise
-    return True
+
+def send_drain(app: Celery, trigger_id: str | None) -> None:
+    """Publish a drain. Called after COMMIT by whoever set the flag; a failure loses
+    nothing (the job is in the outbox and the relay publishes it again)."""
+    app.send_task(DRAIN_TASK, kwargs={"trigger_id": trigger_id}, queue="write")
 
 
 @dataclass
@@ -214,7 +212,13 @@ def process_batch(ctx: WorkerContext, jobs: list[ClaimedJob], report: DrainRepor
 
     if kept:
         try:
-            vectors = ctx.embedder.embed([row["content"] for _, row, _, _ in kept])
+            # Content and context vectors in one embedder call (README "Vector index").
+            texts = [row["content"] for _, row, _, _ in kept]
+            texts += [
+                context_text(row.get("metadata"), outcome.type.value, row["task_id"])
+                for _, row, outcome, _ in kept
+            ]
+            vectors = ctx.embedder.embed(texts)
         except TransientLLMError as exc:
             for job, *_ in kept:
                 wait = backoff_s(settings.job_retry_base_s, job.attempts)
@@ -231,13 +235,23 @@ def process_batch(ctx: WorkerContext, jobs: list[ClaimedJob], report: DrainRepor
             vectors = []
         if kept:
             collection = ctx.episodic_collection
-            ctx.vectors.ensure_collection(collection, ctx.embedder.dim)
+            ctx.vectors.ensure_collection(
+                collection, ctx.embedder.dim, collection_params(settings, EPISODIC)
+            )
+            contexts = vectors[len(kept) :]
             # Point id = memory id: a replayed upsert overwrites the same point.
             ctx.vectors.upsert(
                 collection,
                 [
-                    VectorPoint(id=job.memory_id, vector=vector, payload=_payload(row, outcome))
-                    for (job, row, outcome, _), vector in zip(kept, vectors, strict=True)
+                    VectorPoint(
+                        id=job.memory_id,
+                        vector=vector,
+                        context=context,
+                        payload=_payload(row, outcome),
+                    )
+                    for (job, row, outcome, _), vector, context in zip(
+                        kept, vectors[: len(kept)], contexts, strict=True
+                    )
                 ],
             )
             stored = [
@@ -268,6 +282,11 @@ def process_batch(ctx: WorkerContext, jobs: list[ClaimedJob], report: DrainRepor
             report.next_retry_s = soonest
     for result in dead:
         log.warning("memory %s dead-lettered: %s", result.memory_id, result.reason)
+    # Background cognition: link the new memories, mark their tenants active.
+    from workers.cognition_service import after_write_batch
+
+    tenants = [*(r.tenant_id for r in stored), *(r.tenant_id for r in discarded)]
+    after_write_batch(ctx, stored=[r.memory_id for r in stored], tenants=tenants)
 
 
 def _payload(row: dict[str, Any], outcome: WriteOutcome) -> dict[str, Any]:

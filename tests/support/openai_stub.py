@@ -39,12 +39,26 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from pipelines.focus import InfoKind, TaskPhase, directive_from_kinds
 from pipelines.ports import WriteJudgement
 from pipelines.records import MemoryType
+from pipelines.retrieve import RerankItem
 from pipelines.summarize import extractive_summary
 from pipelines.write_filter import estimate_importance, offline_deep_judge, offline_judge
 from workers.adapters.embed_hashing import HashingEmbedder
-from workers.adapters.llm_openai import DEEP_PROMPT, JUDGE_PROMPT, SUMMARY_PROMPT
+from workers.adapters.llm_offline import OfflineLLM
+from workers.adapters.llm_openai import (
+    ANNOTATE_PROMPT,
+    CAUSAL_PROMPT,
+    COMPRESS_PROMPT,
+    DEEP_PROMPT,
+    FOCUS_PROMPT,
+    JUDGE_PROMPT,
+    KNOWLEDGE_PROMPT,
+    RERANK_PROMPT,
+    REWRITE_PROMPT,
+    SUMMARY_PROMPT,
+)
 
 MODES = ("ok", "slow", "invalid_json", "bad_schema")
 _HTTP_MODE_RE = re.compile(r"^http([45]\d\d)$")
@@ -131,7 +145,68 @@ def _prompt_kind(system: str) -> str:
         return "deep"
     if system.startswith(_SUMMARY_PREFIX):
         return "summary"
+    if system in _READ_PROMPTS:
+        return _READ_PROMPTS[system]
+    if system in _COGNITION_PROMPTS:
+        return _COGNITION_PROMPTS[system]
     return "unknown"
+
+
+_READ_PROMPTS = {FOCUS_PROMPT: "focus", REWRITE_PROMPT: "rewrite", RERANK_PROMPT: "rerank"}
+_COGNITION_PROMPTS = {
+    ANNOTATE_PROMPT: "annotate",
+    COMPRESS_PROMPT: "compress",
+    KNOWLEDGE_PROMPT: "knowledge",
+    CAUSAL_PROMPT: "causal",
+}
+
+
+def _cognition_answer(kind: str, user: str) -> str:
+    """Background cognition's prompts, answered by the offline rules (JSON in, JSON out)."""
+    from datetime import UTC, datetime
+
+    from pipelines.compress import OFFLINE, AnnotateRequest, CompressRequest
+    from pipelines.records import EpisodicMemory
+
+    body = json.loads(user)
+    if kind == "annotate":
+        return OFFLINE.annotate_segments(AnnotateRequest.model_validate(body)).model_dump_json()
+    if kind == "compress":
+        return OFFLINE.compress_segments(CompressRequest.model_validate(body)).model_dump_json()
+
+    def memory(item: dict[str, Any]) -> EpisodicMemory:
+        when = datetime.fromisoformat(item["ts"]) if "ts" in item else datetime.now(UTC)
+        scope = {"tenant_id": "stub", "task_id": "stub", "session_id": "stub"}
+        return EpisodicMemory(id=item["id"], content=item["content"], timestamp=when, **scope)
+
+    offline = OfflineLLM()
+    if kind == "knowledge":
+        memories = [memory(m) for m in body["memories"]]
+        return offline.extract_knowledge(memories).model_dump_json()
+    candidates = [memory(c) for c in body["candidates"]]
+    return offline.propose_causal(memory(body["memory"]), candidates).model_dump_json()
+
+
+def _read_answer(kind: str, user: str) -> str:
+    """The read path's prompts, answered by the offline adapter's rules (JSON in, JSON out)."""
+    body = json.loads(user)
+    offline = OfflineLLM()
+    if kind == "focus":
+        phase = TaskPhase(body["phase"]) if body.get("phase") else None
+        directive = offline.focus_directive(body["query"], phase, body.get("hint"))
+        kinds = [{"kind": k.kind.value, "weight": round(k.weight, 4)} for k in directive.kinds]
+        return json.dumps({"kinds": kinds, "terms": list(directive.terms)})
+    if kind == "rewrite":
+        variants = offline.rewrite_query(body["question"], body.get("phase"), body["focus"])
+        return variants.model_dump_json(exclude={"source"})
+    focus = directive_from_kinds([InfoKind(k) for k in body["focus"]], [])
+    items = [
+        RerankItem(id=str(m["n"]), content=m["content"], timestamp=m["when"], type=m["type"])
+        for m in body["memories"]
+    ]
+    phase = TaskPhase(body["phase"]) if body.get("phase") else None
+    scores = offline.rerank(body["question"], items, phase=phase, focus=focus)
+    return json.dumps({"scores": [round(score, 4) for score in scores]})
 
 
 def _judge_answer(user: str) -> WriteJudgement:
@@ -160,6 +235,10 @@ def _deep_answer(user: str) -> WriteJudgement:
 
 
 def _answer_ok(kind: str, system: str, user: str) -> str:
+    if kind in _READ_PROMPTS.values():
+        return _read_answer(kind, user)
+    if kind in _COGNITION_PROMPTS.values():
+        return _cognition_answer(kind, user)
     if kind == "summary":
         words = _MAX_WORDS_RE.search(system)
         return json.dumps(
@@ -171,6 +250,14 @@ def _answer_ok(kind: str, system: str, user: str) -> str:
 
 
 def _answer_bad_schema(kind: str) -> str:
+    if kind in _COGNITION_PROMPTS.values():
+        return json.dumps({"segments": "none", "text": 3, "items": [{}], "edges": "x"})
+    if kind == "focus":
+        return json.dumps({"kinds": [{"kind": "gossip", "weight": 3}]})
+    if kind == "rewrite":
+        return json.dumps({"literal": "", "intent": 7})
+    if kind == "rerank":
+        return json.dumps({"scores": ["high", "low"]})
     if kind == "summary":
         return json.dumps({"text": "the summary under the wrong key"})
     return json.dumps({"keep": "maybe", "type": "gossip", "confidence": 7, "reason": ""})

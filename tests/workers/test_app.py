@@ -20,6 +20,28 @@ PINNED_TASK_NAMES = {
     "memory.maintenance.ping": "maintenance",
     "memory.maintenance.noop": "maintenance",
     "memory.recall.search": "recall",
+    # background cognition (workers.tasks.cognition)
+    "memory.compress.sweep": "compress",
+    "memory.compress.complete_task": "compress",
+    "memory.quality.sweep": "quality",
+    "memory.maintenance.decay_sweep": "maintenance",
+    "memory.maintenance.schedule_compression": "maintenance",
+    "memory.maintenance.relay_cognition": "maintenance",
+    "memory.consolidate.nightly": "consolidate",
+    "memory.consolidate.tenant": "consolidate",
+    "memory.embed.drain": "embed",
+    "memory.embed.link_memories": "embed",
+    "memory.recall.context": "recall",
+    "memory.maintenance.touch_memories": "maintenance",
+    # index maintenance (workers.tasks.index): the owner's copy and the server-mode copy
+    "memory.embed.check_index": "embed",
+    "memory.embed.rebuild_index": "embed",
+    "memory.embed.compact_index": "embed",
+    "memory.embed.reconcile_index": "embed",
+    "memory.maintenance.check_index": "maintenance",
+    "memory.maintenance.rebuild_index": "maintenance",
+    "memory.maintenance.compact_index": "maintenance",
+    "memory.maintenance.reconcile_index": "maintenance",
 }
 
 

@@ -13,7 +13,7 @@ def test_beat_runs_the_outbox_relay_at_the_configured_interval() -> None:
     schedule = beat_schedule(Settings(relay_interval_s=7))
     relay = schedule["outbox-relay"]
     assert relay["task"] == "memory.maintenance.relay_outbox"
-    assert relay["schedule"] == 7
+    assert relay["schedule"].every_s == 7
     assert relay["options"]["queue"] == "maintenance"
 
 

@@ -6,11 +6,31 @@ tested) without a model; its answers are the rule-based ones in ``pipelines``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from pipelines.budget import holds_identifiers
 from pipelines.checkpoint import ResumeCalibration, TaskCheckpoint, offline_calibration
+from pipelines.focus import FocusDirective, TaskPhase, offline_focus
 from pipelines.ports import WriteJudgement
 from pipelines.records import MemoryType
+from pipelines.retrieve import (
+    DEFAULT_CONFIG,
+    MemoryView,
+    RerankItem,
+    keyword_coverage,
+    kind_match,
+)
+from pipelines.rewrite import QueryVariants, offline_rewrite
+from pipelines.sparse import analyze
 from pipelines.summarize import extractive_summary
 from pipelines.write_filter import offline_deep_judge, offline_judge
+
+if TYPE_CHECKING:  # background cognition's records (issue 4)
+    from pipelines.compress import AnnotateRequest, AnnotationBatch, CompressRequest, SummaryOutput
+    from pipelines.consolidate import KnowledgeBatch
+    from pipelines.link import CausalBatch
+    from pipelines.records import EpisodicMemory
 
 
 class OfflineLLM:
@@ -31,3 +51,72 @@ class OfflineLLM:
 
     def calibrate_resume(self, checkpoint: TaskCheckpoint, elapsed_s: float) -> ResumeCalibration:
         return offline_calibration(checkpoint, elapsed_s)
+
+    # -- the read path -------------------------------------------------------------------
+
+    def focus_directive(
+        self, query: str, phase: TaskPhase | None, hint: str | None
+    ) -> FocusDirective:
+        return offline_focus(query, phase, hint)
+
+    def rewrite_query(self, query: str, phase: str | None, focus: Sequence[str]) -> QueryVariants:
+        return offline_rewrite(query)
+
+    def rerank(
+        self,
+        query: str,
+        items: Sequence[RerankItem],
+        *,
+        phase: TaskPhase | None,
+        focus: FocusDirective,
+    ) -> list[float]:
+        """The offline reranker's kind match alone: Σ weight·match over the focus's kinds,
+        in [0, 1] (``pipelines.retrieve.offline_rerank`` adds it to the local score)."""
+        variants = offline_rewrite(query)
+        query_terms = [term for word in variants.keywords for term in analyze(word)]
+        coverage = keyword_coverage(query_terms, [set(analyze(item.content)) for item in items])
+        identifiers = [e for e in variants.entities if holds_identifiers(e) and not e.istitle()]
+        now = max((item.timestamp for item in items), default=None)
+        scores = []
+        for index, item in enumerate(items):
+            memory = MemoryView(
+                id=item.id, content=item.content, timestamp=item.timestamp, type=item.type
+            )
+            match = sum(
+                kind.weight
+                * kind_match(
+                    kind.kind,
+                    memory,
+                    coverage=coverage[index],
+                    query_identifiers=identifiers,
+                    now=now or item.timestamp,
+                    recency_scale_hours=DEFAULT_CONFIG.recency_scale_hours,
+                )
+                for kind in focus.kinds
+            )
+            scores.append(min(1.0, max(0.0, match)))
+        return scores
+
+    # -- background cognition: the rules of pipelines.compress, .consolidate and .link -------
+
+    def annotate_segments(self, request: AnnotateRequest) -> AnnotationBatch:
+        from pipelines.compress import OFFLINE
+
+        return OFFLINE.annotate_segments(request)
+
+    def compress_segments(self, request: CompressRequest) -> SummaryOutput:
+        from pipelines.compress import OFFLINE
+
+        return OFFLINE.compress_segments(request)
+
+    def extract_knowledge(self, memories: Sequence[EpisodicMemory]) -> KnowledgeBatch:
+        from pipelines.consolidate import extract_offline
+
+        return extract_offline(memories)
+
+    def propose_causal(
+        self, memory: EpisodicMemory, candidates: Sequence[EpisodicMemory]
+    ) -> CausalBatch:
+        from pipelines.link import propose_causal_offline
+
+        return propose_causal_offline(memory, candidates)

@@ -9,14 +9,24 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import openai
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from pipelines.checkpoint import ResumeCalibration, TaskCheckpoint, describe_for_calibration
+from pipelines.focus import FocusDirective, InfoKind, TaskPhase, directive_from_weights
 from pipelines.ports import LLMError, MalformedLLMOutput, TransientLLMError, WriteJudgement
 from pipelines.records import MemoryType
+from pipelines.retrieve import RerankItem
+from pipelines.rewrite import QueryVariants
+
+if TYPE_CHECKING:  # background cognition's records (issue 4)
+    from pipelines.compress import AnnotateRequest, AnnotationBatch, CompressRequest, SummaryOutput
+    from pipelines.consolidate import KnowledgeBatch
+    from pipelines.link import CausalBatch
+    from pipelines.records import EpisodicMemory
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +59,57 @@ An action whose effect is local is simply redone. Answer with a JSON object and 
 {"needs_verification": true|false, "reason": "one short sentence",
  "checks": [{"action_id": "<id of a pending action>", "reason": "what to verify"}]}
 checks is empty exactly when needs_verification is false."""
+
+
+_KINDS = ", ".join(kind.value for kind in InfoKind)
+
+FOCUS_PROMPT = f"""An autonomous software agent is about to take a step and will read a context
+assembled from its memory. Decide which kinds of information this step needs most. Kinds:
+[{_KINDS}]. Answer with a JSON object and nothing else:
+{{"kinds": [{{"kind": "<kind>", "weight": 0..1}}, ...], "terms": ["key term", ...]}}
+List one to four kinds, most needed first; weights are relative. terms are the few words or
+identifiers the step is about, copied from the query."""
+
+REWRITE_PROMPT = """Rewrite an agent's question into three search queries over its memory of
+past interactions. literal: the question as asked, cleaned up. intent: its content words and
+entities without question grammar. associative: the entities and keywords plus words that
+memories about the same thing would likely use. Keep every identifier (paths, names, numbers,
+keys) verbatim. Answer with a JSON object and nothing else:
+{"literal": "...", "intent": "...", "associative": "...", "keywords": ["..."],
+ "entities": ["..."]}"""
+
+RERANK_PROMPT = """You rank memories for an autonomous agent's next step. Given the agent's
+question, its task phase, what the step needs (focus) and numbered memories, rate how useful
+each memory is for answering the question in this phase, from 0 (useless) to 1 (exactly what
+is needed). Answer with a JSON object and nothing else: {"scores": [s0, s1, ...]}
+with one number per memory, in the memories' order."""
+
+# A memory longer than this is cut in the rerank prompt: the head says what it is about, and
+# 30 memories of 1,000 characters stay near 10k tokens.
+RERANK_ITEM_MAX_CHARS = 1_000
+
+
+class _FocusAnswer(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    class Kind(BaseModel):
+        kind: InfoKind
+        weight: float = Field(gt=0.0, le=1.0)
+
+    kinds: list[Kind] = Field(min_length=1, max_length=len(InfoKind))
+    terms: list[str] = Field(default_factory=list, max_length=20)
+
+
+class _RerankAnswer(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    scores: list[float]
+
+
+def _schema_error(exc: ValidationError) -> MalformedLLMOutput:
+    first = exc.errors()[0]
+    where = ".".join(str(part) for part in first["loc"]) or "(top level)"
+    return MalformedLLMOutput(f"schema: {where}: {first['msg']}")
 
 
 class OpenAILLM:
@@ -155,3 +216,157 @@ class OpenAILLM:
         if unknown:
             raise MalformedLLMOutput(f"schema: checks: unknown pending action {unknown[0]!r}")
         return verdict
+
+    # -- the read path -------------------------------------------------------------------
+
+    def focus_directive(
+        self, query: str, phase: TaskPhase | None, hint: str | None
+    ) -> FocusDirective:
+        user = json.dumps(
+            {"query": query, "phase": phase.value if phase else None, "hint": hint},
+            ensure_ascii=False,
+        )
+        data = self._chat_json(self._model_fast, FOCUS_PROMPT, user, 0.0)
+        try:
+            answer = _FocusAnswer.model_validate(data)
+        except ValidationError as exc:
+            raise _schema_error(exc) from None
+        weights: dict[InfoKind, float] = {}
+        for item in answer.kinds:  # a kind named twice counts once, at its larger weight
+            weights[item.kind] = max(weights.get(item.kind, 0.0), item.weight)
+        terms = [term.strip() for term in answer.terms if term.strip()]
+        return directive_from_weights(weights, terms, self.name)
+
+    def rewrite_query(self, query: str, phase: str | None, focus: Sequence[str]) -> QueryVariants:
+        user = json.dumps(
+            {"question": query, "phase": phase, "focus": list(focus)}, ensure_ascii=False
+        )
+        data = self._chat_json(self._model_fast, REWRITE_PROMPT, user, 0.0)
+        try:
+            return QueryVariants.model_validate({**data, "source": self.name})
+        except ValidationError as exc:
+            raise _schema_error(exc) from None
+
+    def rerank(
+        self,
+        query: str,
+        items: Sequence[RerankItem],
+        *,
+        phase: TaskPhase | None,
+        focus: FocusDirective,
+    ) -> list[float]:
+        if not items:
+            return []
+        user = json.dumps(
+            {
+                "question": query,
+                "phase": phase.value if phase else None,
+                "focus": [item.kind.value for item in focus.kinds],
+                "memories": [
+                    {
+                        "n": index,
+                        "when": item.timestamp.isoformat(),
+                        "type": item.type.value if item.type else None,
+                        "content": item.content[:RERANK_ITEM_MAX_CHARS],
+                    }
+                    for index, item in enumerate(items)
+                ],
+            },
+            ensure_ascii=False,
+        )
+        data = self._chat_json(self._model_fast, RERANK_PROMPT, user, 0.0)
+        try:
+            answer = _RerankAnswer.model_validate(data)
+        except ValidationError as exc:
+            raise _schema_error(exc) from None
+        if len(answer.scores) != len(items):
+            raise MalformedLLMOutput(
+                f"schema: scores: {len(answer.scores)} scores for {len(items)} memories"
+            )
+        if not all(0.0 <= score <= 1.0 for score in answer.scores):
+            raise MalformedLLMOutput("schema: scores: every score must be in [0, 1]")
+        return list(answer.scores)
+
+    # -- background cognition (pipelines.compress, .consolidate, .link) -----------------------
+
+    def annotate_segments(self, request: AnnotateRequest) -> AnnotationBatch:
+        from pipelines.compress import parse_annotations
+
+        user = json.dumps(
+            {"segments": [json.loads(s.model_dump_json()) for s in request.segments]},
+            ensure_ascii=False,
+        )
+        data = self._chat_json(self._model_deep, ANNOTATE_PROMPT, user, 0.0)
+        return parse_annotations(json.dumps(data), request)
+
+    def compress_segments(self, request: CompressRequest) -> SummaryOutput:
+        from pipelines.compress import parse_summary
+
+        user = json.dumps(json.loads(request.model_dump_json()), ensure_ascii=False)
+        data = self._chat_json(self._model_deep, COMPRESS_PROMPT, user, self._temperature_summary)
+        return parse_summary(json.dumps(data), request)
+
+    def extract_knowledge(self, memories: Sequence[EpisodicMemory]) -> KnowledgeBatch:
+        from pipelines.consolidate import parse_knowledge
+
+        user = json.dumps(
+            {
+                "memories": [
+                    {"id": str(m.id), "ts": m.timestamp.isoformat(), "content": m.content}
+                    for m in memories
+                ]
+            },
+            ensure_ascii=False,
+        )
+        data = self._chat_json(self._model_deep, KNOWLEDGE_PROMPT, user, 0.0)
+        return parse_knowledge(json.dumps(data))
+
+    def propose_causal(
+        self, memory: EpisodicMemory, candidates: Sequence[EpisodicMemory]
+    ) -> CausalBatch:
+        from pipelines.link import parse_causal
+
+        user = json.dumps(
+            {
+                "memory": {"id": str(memory.id), "content": memory.content},
+                "candidates": [{"id": str(c.id), "content": c.content} for c in candidates],
+            },
+            ensure_ascii=False,
+        )
+        data = self._chat_json(self._model_fast, CAUSAL_PROMPT, user, 0.0)
+        return parse_causal(json.dumps(data))
+
+
+# -- prompts of background cognition (issue 4) ------------------------------------------------
+
+ANNOTATE_PROMPT = """You annotate segments of an agent's memories before compression. For
+each segment give its kind: decision_rationale, outcome, user_preference, status_change,
+error_root_cause, debug_output or chatter; its entities; its identifiers (numbers, paths,
+names, ids exactly as written); "resolved": the segment with pronouns replaced by the names
+they stand for and relative dates made absolute against the segment's timestamp, nothing
+else changed; for a decision its rationale verbatim, for an error its root cause verbatim.
+Answer with a JSON object and nothing else:
+{"segments": [{"index": <segment index>, "kind": "...", "resolved": "...", "entities": [],
+  "identifiers": [], "rationale": null, "root_cause": null}]} with one entry per segment."""
+
+COMPRESS_PROMPT = """You compress annotated segments of an agent's memories into one summary of
+at most target_words words. Keep decision rationales, user preferences, status changes and
+errors with their root cause verbatim (add an absolute date in brackets to relative dates);
+compress only outcomes and debug output; drop chatter; keep every identifier. Answer with a
+JSON object and nothing else:
+{"text": "the summary", "kept_verbatim": [segment indexes], "dropped": [segment indexes]}"""
+
+KNOWLEDGE_PROMPT = """You consolidate an agent's episodic memories into reusable knowledge:
+user preferences, effective patterns, mistakes to avoid and project conventions. State each
+as one self-contained sentence, cite the ids of the memories it comes from, give a
+confidence in [0, 1] and, when it only holds in some situations, its conditions ("for
+architecture questions"). Answer with a JSON object and nothing else:
+{"items": [{"kind": "preference|pattern|mistake|convention", "statement": "...",
+  "confidence": 0.0, "source_ids": ["<memory id>"], "conditions": null}]}"""
+
+CAUSAL_PROMPT = """You find cause and effect between a new memory of a software project and
+earlier ones: a delay, a blocker, a failure or a decision in one that affects another. Only
+propose an edge when the text supports it, with its direction (cause_id causes or affects
+effect_id); one of the two ids must be the new memory's. Answer with a JSON object and
+nothing else: {"edges": [{"cause_id": "<id>", "effect_id": "<id>", "confidence": 0.0,
+"reason": "one short sentence"}]}"""

@@ -1,106 +1,324 @@
 """The vector index port over qdrant-edge-py: Qdrant's embedded engine, in process.
 
-One shard directory per collection under the store's root. Like every embedded store it has
-exactly one owner process (a second one fails to open the WAL), which is why the write, embed
-and recall queues are consumed by one worker in embedded mode. Measured on these machines it
-upserts ~28k points/s and answers a filtered top-50 in ~6 ms at 100k points (DESIGN.md),
-where qdrant-client's local mode commits SQLite once per point (~11 ms each).
+One shard directory per physical collection under the store's root. Aliases live in one
+small JSON file beside them (``aliases.json``: alias → shard directory, plus the points
+deleted from each shard since it was built, and each shard's search parameters), rewritten
+whole through a temporary file and ``os.replace``, so an alias switch is one atomic rename
+and a crash leaves either the old mapping or the new one.
+
+Like every embedded store it has exactly one owner process (a second one fails to open the
+WAL): the write, embed and recall queues, and the index maintenance, are consumed by one
+worker in embedded mode. Inside that process readers may run on several threads: a shard
+is closed only once no search holds it, so a rebuild that drops the old generation never
+pulls it from under a query. Measured on these machines it upserts ~28k points/s and
+answers a filtered top-50 in ~6 ms at 100k points (DESIGN.md), where qdrant-client's local
+mode commits SQLite once per point (~11 ms each).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import re
+import shutil
+import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import qdrant_edge as qe
 
-from pipelines.ports import VectorHit, VectorPoint
+from pipelines.ports import (
+    CONTENT_VECTOR,
+    CONTEXT_VECTOR,
+    CollectionParams,
+    CollectionStats,
+    ContextFusion,
+    VectorHit,
+    VectorPoint,
+)
 
-CONTENT_VECTOR = "content"
 CONFIG_FILE = "edge_config.json"
-# The design's episodic HNSW parameters (DESIGN.md, issue "Retrieval"); full_scan_threshold
-# is Qdrant's default in KB of vectors, below which a segment is scanned exactly.
-HNSW_M = 16
-HNSW_EF_CONSTRUCT = 200
+ALIAS_FILE = "aliases.json"
+# Qdrant's default full_scan_threshold, in KB of vectors: below it a segment is scanned
+# exactly, which is faster than walking a graph.
 FULL_SCAN_THRESHOLD_KB = 10_000
+# Each fused search asks both vectors for this many candidates per requested result, so
+# that a memory ranked a little lower by one vector still meets the other in the fusion.
+FUSION_PREFETCH_FACTOR = 3
 INDEXED_FIELDS: tuple[tuple[str, qe.PayloadSchemaType], ...] = (
     ("tenant_id", qe.PayloadSchemaType.Keyword),
     ("task_id", qe.PayloadSchemaType.Keyword),
     ("level", qe.PayloadSchemaType.Integer),
     ("ts", qe.PayloadSchemaType.Float),
 )
+_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
+_PQ = {
+    "x4": qe.CompressionRatio.X4,
+    "x8": qe.CompressionRatio.X8,
+    "x16": qe.CompressionRatio.X16,
+    "x32": qe.CompressionRatio.X32,
+    "x64": qe.CompressionRatio.X64,
+}
 
 
 class EdgeIndex:
     def __init__(self, root: Path) -> None:
         self._root = root
         root.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Condition(threading.RLock())
         self._shards: dict[str, qe.EdgeShard] = {}
+        self._in_use: dict[str, int] = {}
         self._dims: dict[str, int] = {}
+        state = _read_state(root / ALIAS_FILE)
+        self._aliases: dict[str, str] = dict(state.get("aliases", {}))
+        self._deleted: dict[str, int] = {k: int(v) for k, v in state.get("deleted", {}).items()}
+        self._ef: dict[str, int] = {k: int(v) for k, v in state.get("search_ef", {}).items()}
 
-    def _shard_path(self, name: str) -> Path:
+    # -- names ------------------------------------------------------------------------------
+
+    def _path(self, name: str) -> Path:
+        if not _NAME_RE.fullmatch(name):
+            raise ValueError(f"invalid collection name {name!r}")
         return self._root / name
 
-    def _open(self, name: str) -> qe.EdgeShard | None:
-        shard = self._shards.get(name)
-        if shard is None and (self._shard_path(name) / CONFIG_FILE).exists():
-            shard = qe.EdgeShard.load(str(self._shard_path(name)))
-            self._shards[name] = shard
-        return shard
+    def _exists(self, name: str) -> bool:
+        return (self._path(name) / CONFIG_FILE).exists()
 
-    def ensure_collection(self, name: str, dim: int) -> None:
+    def resolve(self, name: str) -> str | None:
+        with self._lock:
+            target = self._aliases.get(name)
+            if target is not None:
+                return target
+            return name if self._exists(name) else None
+
+    def collections(self) -> list[str]:
+        return sorted(p.name for p in self._root.iterdir() if (p / CONFIG_FILE).exists())
+
+    def switch_alias(self, alias: str, collection: str) -> str | None:
+        with self._lock:
+            if not self._exists(collection):
+                raise LookupError(f"collection {collection} does not exist")
+            if alias == collection:
+                raise ValueError(f"{alias} cannot be an alias of itself")
+            previous = self._aliases.get(alias)
+            if self._exists(alias):
+                previous = self._retire_unaliased(alias)
+            self._aliases[alias] = collection
+            self._save()
+            return previous
+
+    def _retire_unaliased(self, name: str) -> str:
+        """A store from before aliases keeps its collection under the alias's own name:
+        rename it to generation 0 (under the lock, so no reader sees the gap) and return
+        the new name for the caller to drop."""
+        while self._in_use.get(name, 0) > 0:
+            self._lock.wait(timeout=1.0)
+        shard = self._shards.pop(name, None)
+        if shard is not None:
+            shard.flush()
+            shard.close()
+        retired = f"{name}__g0"
+        shutil.rmtree(self._path(retired), ignore_errors=True)
+        os.replace(self._path(name), self._path(retired))
+        for table in (self._deleted, self._ef):
+            if name in table:
+                table[retired] = table.pop(name)
+        self._dims.pop(name, None)
+        return retired
+
+    def _save(self) -> None:
+        state = {"aliases": self._aliases, "deleted": self._deleted, "search_ef": self._ef}
+        tmp = self._root / f".{ALIAS_FILE}.{os.getpid()}.tmp"
+        with tmp.open("w") as fh:
+            json.dump(state, fh, sort_keys=True)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, self._root / ALIAS_FILE)
+
+    # -- shards -----------------------------------------------------------------------------
+
+    def _open(self, physical: str) -> qe.EdgeShard | None:
+        with self._lock:
+            shard = self._shards.get(physical)
+            if shard is None and self._exists(physical):
+                shard = qe.EdgeShard.load(str(self._path(physical)))
+                self._shards[physical] = shard
+            return shard
+
+    @contextmanager
+    def _using(self, collection: str) -> Iterator[tuple[str, qe.EdgeShard] | None]:
+        """The shard behind ``collection`` (alias or name), held open while in use."""
+        with self._lock:
+            physical = self.resolve(collection)
+            shard = self._open(physical) if physical is not None else None
+            if physical is None or shard is None:
+                held = None
+            else:
+                held = (physical, shard)
+                self._in_use[physical] = self._in_use.get(physical, 0) + 1
+        try:
+            yield held
+        finally:
+            if held is not None:
+                with self._lock:
+                    self._in_use[held[0]] -= 1
+                    self._lock.notify_all()
+
+    @contextmanager
+    def require(self, collection: str) -> Iterator[tuple[str, qe.EdgeShard]]:
+        with self._using(collection) as held:
+            if held is None:
+                raise LookupError(
+                    f"collection {collection} does not exist; call ensure_collection first"
+                )
+            yield held
+
+    def ensure_collection(
+        self, name: str, dim: int, params: CollectionParams | None = None
+    ) -> None:
         if self._dims.get(name) == dim:
             return
-        shard = self._open(name)
-        if shard is None:
+        with self._lock:
+            physical = self.resolve(name)
+            if physical is None:
+                physical = f"{name}__g1"
+                if not self._exists(physical):
+                    self.create_collection(physical, dim, params or CollectionParams())
+                if physical != name:
+                    self.switch_alias(name, physical)
+            else:
+                sizes = _vector_sizes(self._path(physical))
+                size = sizes.get(CONTENT_VECTOR)
+                if size is not None and size != dim:
+                    raise ValueError(
+                        f"collection {name} holds {size}-d vectors but the embedder makes "
+                        f"{dim}-d; re-embed into a new collection instead of mixing versions"
+                    )
+                if CONTEXT_VECTOR not in sizes:  # a store from before context vectors
+                    shard = self._open(physical)
+                    assert shard is not None
+                    shard.update(
+                        qe.UpdateOperation.create_dense_vector(
+                            CONTEXT_VECTOR, dim, qe.Distance.Cosine
+                        )
+                    )
+            self._dims[name] = dim
+
+    def create_collection(self, name: str, dim: int, params: CollectionParams) -> None:
+        with self._lock:
+            if self._exists(name):
+                raise ValueError(f"collection {name} exists already")
+            if name in self._aliases:
+                raise ValueError(f"{name} is an alias; a collection cannot shadow it")
+            vector = qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine)
             config = qe.EdgeConfig(
-                vectors={
-                    CONTENT_VECTOR: qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine)
-                },
+                vectors={CONTENT_VECTOR: vector, CONTEXT_VECTOR: vector},
                 hnsw_config=qe.HnswIndexConfig(
-                    m=HNSW_M,
-                    ef_construct=HNSW_EF_CONSTRUCT,
+                    m=params.hnsw_m,
+                    ef_construct=params.hnsw_ef_construct,
                     full_scan_threshold=FULL_SCAN_THRESHOLD_KB,
                 ),
+                quantization_config=(
+                    qe.ProductQuantizationConfig(compression=_PQ[params.pq]) if params.pq else None
+                ),
             )
-            shard = qe.EdgeShard.create(str(self._shard_path(name)), config)
+            path = self._path(name)
+            shutil.rmtree(path, ignore_errors=True)  # leftovers of a crashed create
+            shard = qe.EdgeShard.create(str(path), config)
             for field, schema in INDEXED_FIELDS:
                 shard.update(qe.UpdateOperation.create_field_index(field, schema))
             self._shards[name] = shard
-        else:
-            size = _vector_size(self._shard_path(name))
-            if size is not None and size != dim:
-                raise ValueError(
-                    f"collection {name} holds {size}-d vectors but the embedder makes {dim}-d; "
-                    "re-embed into a new collection instead of mixing versions"
-                )
-        self._dims[name] = dim
+            self._deleted[name] = 0
+            self._ef[name] = params.search_ef
+            self._save()
+
+    def drop_collection(self, name: str) -> None:
+        with self._lock:
+            if name in self._aliases.values():
+                raise ValueError(f"collection {name} is behind an alias; switch it first")
+            while self._in_use.get(name, 0) > 0:  # a search still reads it
+                self._lock.wait(timeout=1.0)
+            shard = self._shards.pop(name, None)
+            if shard is not None:
+                shard.close()
+            self._in_use.pop(name, None)
+            self._deleted.pop(name, None)
+            self._ef.pop(name, None)
+            self._dims = {k: v for k, v in self._dims.items() if k != name}
+            self._save()
+            shutil.rmtree(self._path(name), ignore_errors=True)
+
+    # -- points -----------------------------------------------------------------------------
 
     def upsert(self, collection: str, points: Sequence[VectorPoint]) -> None:
         if not points:
             return
-        shard = self._require(collection)
-        shard.update(
-            qe.UpdateOperation.upsert_points(
-                [
-                    qe.Point(point.id, {CONTENT_VECTOR: point.vector}, point.payload)
-                    for point in points
-                ]
-            )
-        )
+        with self.require(collection) as (_, shard):
+            shard.update(qe.UpdateOperation.upsert_points([_point(p) for p in points]))
 
     def delete(self, collection: str, ids: Sequence[uuid.UUID]) -> None:
-        if ids:
-            self._require(collection).update(qe.UpdateOperation.delete_points(list(ids)))
+        if not ids:
+            return
+        with self.require(collection) as (physical, shard):
+            existing = shard.retrieve(list(ids), with_payload=False, with_vector=False)
+            shard.update(qe.UpdateOperation.delete_points(list(ids)))
+            if existing:
+                with self._lock:
+                    self._deleted[physical] = self._deleted.get(physical, 0) + len(existing)
+                    self._save()
 
     def count(self, collection: str, tenant_id: str | None = None) -> int:
-        shard = self._open(collection)
-        if shard is None:
-            return 0
-        flt = _scope_filter(tenant_id, None) if tenant_id is not None else None
-        return int(shard.count(qe.CountRequest(exact=True, filter=flt)))
+        with self._using(collection) as held:
+            if held is None:
+                return 0
+            flt = _scope_filter(tenant_id, None, None) if tenant_id is not None else None
+            return int(held[1].count(qe.CountRequest(exact=True, filter=flt)))
+
+    def stats(self, collection: str) -> CollectionStats:
+        with self.require(collection) as (physical, shard):
+            info = shard.info()
+            return CollectionStats(
+                name=physical,
+                points=int(info.points_count),
+                deleted=self._deleted.get(physical, 0),
+                segments=int(info.segments_count),
+            )
+
+    def scroll_ids(
+        self, collection: str, offset: uuid.UUID | None = None, limit: int = 1000
+    ) -> tuple[list[uuid.UUID], uuid.UUID | None]:
+        with self._using(collection) as held:
+            if held is None:
+                return [], None
+            records, nxt = held[1].scroll(
+                qe.ScrollRequest(offset=offset, limit=limit, with_payload=False, with_vector=False)
+            )
+            return [uuid.UUID(str(r.id)) for r in records], (
+                uuid.UUID(str(nxt)) if nxt is not None else None
+            )
+
+    def retrieve(self, collection: str, ids: Sequence[uuid.UUID]) -> list[VectorPoint]:
+        if not ids:
+            return []
+        with self._using(collection) as held:
+            if held is None:
+                return []
+            records = held[1].retrieve(list(ids), with_payload=True, with_vector=True)
+        out = []
+        for record in records:
+            vectors: Any = record.vector or {}
+            out.append(
+                VectorPoint(
+                    id=uuid.UUID(str(record.id)),
+                    vector=list(vectors[CONTENT_VECTOR]),
+                    context=list(vectors[CONTEXT_VECTOR]) if CONTEXT_VECTOR in vectors else None,
+                    payload=dict(record.payload or {}),
+                )
+            )
+        return out
 
     def search(
         self,
@@ -110,50 +328,114 @@ class EdgeIndex:
         tenant_id: str,
         task_id: str | None = None,
         limit: int = 10,
+        using: str = CONTENT_VECTOR,
+        fusion: ContextFusion | None = None,
+        since_ts: float | None = None,
     ) -> list[VectorHit]:
-        shard = self._open(collection)
-        if shard is None:
-            return []
-        points = shard.query(
-            qe.QueryRequest(
-                limit=limit,
-                query=qe.Query.Nearest(list(vector), using=CONTENT_VECTOR),
-                filter=_scope_filter(tenant_id, task_id),
-                with_payload=True,
-            )
-        )
+        flt = _scope_filter(tenant_id, task_id, since_ts)
+        with self._using(collection) as held:
+            if held is None:
+                return []
+            physical, shard = held
+            params = qe.SearchParams(hnsw_ef=self._ef.get(physical))
+            if fusion is None:
+                request = qe.QueryRequest(
+                    limit=limit,
+                    query=qe.Query.Nearest(list(vector), using=using),
+                    filter=flt,
+                    params=params,
+                    with_payload=True,
+                )
+            else:
+                depth = limit * FUSION_PREFETCH_FACTOR
+                request = qe.QueryRequest(
+                    limit=limit,
+                    prefetches=[
+                        qe.Prefetch(
+                            limit=depth,
+                            query=qe.Query.Nearest(list(vector), using=CONTENT_VECTOR),
+                            filter=flt,
+                            params=params,
+                        ),
+                        qe.Prefetch(
+                            limit=depth,
+                            query=qe.Query.Nearest(fusion.context, using=CONTEXT_VECTOR),
+                            filter=flt,
+                            params=params,
+                        ),
+                    ],
+                    query=_weighted_sum(fusion),
+                    filter=flt,
+                    with_payload=True,
+                )
+            points = shard.query(request)
         return [
             VectorHit(id=uuid.UUID(str(p.id)), score=float(p.score), payload=dict(p.payload or {}))
             for p in points
         ]
 
-    def close(self) -> None:
-        for shard in self._shards.values():
+    def optimize(self, collection: str) -> None:
+        with self.require(collection) as (_, shard):
+            shard.optimize()
             shard.flush()
-            shard.close()
-        self._shards.clear()
-        self._dims.clear()
 
-    def _require(self, name: str) -> qe.EdgeShard:
-        shard = self._open(name)
-        if shard is None:
-            raise LookupError(f"collection {name} does not exist; call ensure_collection first")
-        return shard
+    def close(self) -> None:
+        with self._lock:
+            for shard in self._shards.values():
+                shard.flush()
+                shard.close()
+            self._shards.clear()
+            self._dims.clear()
+            self._in_use.clear()
 
 
-def _vector_size(path: Path) -> int | None:
-    """The stored vector size, from the shard's own config file (ShardInfo omits it)."""
+def _weighted_sum(fusion: ContextFusion) -> qe.Formula:
+    """w_content·cos(content) + w_context·cos(context); a point missing from one prefetch
+    (or without a context vector) scores 0 on that side."""
+    e = qe.Expression
+    return qe.Formula(
+        e.Sum(
+            [
+                e.Mult([e.Constant(fusion.content_weight), e.Variable("$score[0]")]),
+                e.Mult([e.Constant(fusion.context_weight), e.Variable("$score[1]")]),
+            ]
+        ),
+        defaults={"$score[0]": 0.0, "$score[1]": 0.0},
+    )
+
+
+def _point(point: VectorPoint) -> qe.Point:
+    vectors: dict[str, Any] = {CONTENT_VECTOR: point.vector}
+    if point.context is not None:
+        vectors[CONTEXT_VECTOR] = point.context
+    return qe.Point(point.id, vectors, point.payload)
+
+
+def _read_state(path: Path) -> dict[str, Any]:
+    try:
+        state = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    if not isinstance(state, dict):
+        raise ValueError(f"{path} is not an alias file")
+    return state
+
+
+def _vector_sizes(path: Path) -> dict[str, int]:
+    """The stored vector sizes, from the shard's own config file (ShardInfo omits them)."""
     try:
         config = json.loads((path / CONFIG_FILE).read_text())
-        return int(config["vectors"][CONTENT_VECTOR]["size"])
+        return {name: int(spec["size"]) for name, spec in config["vectors"].items()}
     except (OSError, ValueError, KeyError, TypeError):
-        return None
+        return {}
 
 
-def _scope_filter(tenant_id: str | None, task_id: str | None) -> qe.Filter:
+def _scope_filter(tenant_id: str | None, task_id: str | None, since_ts: float | None) -> qe.Filter:
     must: list[qe.FieldCondition] = []
     if tenant_id is not None:
         must.append(qe.FieldCondition(key="tenant_id", match=qe.MatchValue(tenant_id)))
     if task_id is not None:
         must.append(qe.FieldCondition(key="task_id", match=qe.MatchValue(task_id)))
+    if since_ts is not None:
+        must.append(qe.FieldCondition(key="ts", range=qe.RangeFloat(gte=since_ts)))
     return qe.Filter(must=list(must))

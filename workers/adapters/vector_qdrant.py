@@ -1,21 +1,60 @@
 """The vector index port over qdrant-client: a Qdrant server (``QDRANT_URL``) or local mode.
 
+Aliases are Qdrant's own: a switch is one ``update_collection_aliases`` call holding the
+delete and the create, which Qdrant applies atomically. The points deleted since a
+collection was built are counted in the collection's metadata (read-modify-write: with
+several workers deleting at once the count is approximate, which is all the rebuild rule
+needs). The search ``ef`` of each collection is kept there too.
+
 Local mode keeps its data in a directory and takes an exclusive lock on it: exactly one
-process may open it (the store owner, see README "Embedded mode"). Tenant scope is a filter
-inside every query, never applied to the results afterwards.
+process may open it (the store owner, see README "Embedded mode"); it ignores HNSW,
+quantization and payload-index settings. Tenant scope is a filter inside every query, never
+applied to the results afterwards.
 """
 
 from __future__ import annotations
 
+import logging
+import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from qdrant_client import QdrantClient, models
 
-from pipelines.ports import VectorHit, VectorPoint
+from pipelines.ports import (
+    CONTENT_VECTOR,
+    CONTEXT_VECTOR,
+    CollectionParams,
+    CollectionStats,
+    ContextFusion,
+    VectorHit,
+    VectorPoint,
+)
 
-CONTENT_VECTOR = "content"
+log = logging.getLogger(__name__)
+
+# See workers/adapters/vector_edge.py: the same fusion depth.
+FUSION_PREFETCH_FACTOR = 3
+# Qdrant builds a 100k-point HNSW graph in a couple of minutes on small machines; a
+# rebuild waits this long for it before switching anyway (search stays exact meanwhile).
+OPTIMIZE_WAIT_S = 600
+DELETED_KEY = "memharness_deleted"
+SEARCH_EF_KEY = "memharness_search_ef"
+INDEXED_FIELDS: tuple[tuple[str, models.PayloadSchemaType], ...] = (
+    ("tenant_id", models.PayloadSchemaType.KEYWORD),
+    ("task_id", models.PayloadSchemaType.KEYWORD),
+    ("level", models.PayloadSchemaType.INTEGER),
+    ("ts", models.PayloadSchemaType.FLOAT),
+)
+_PQ = {
+    "x4": models.CompressionRatio.X4,
+    "x8": models.CompressionRatio.X8,
+    "x16": models.CompressionRatio.X16,
+    "x32": models.CompressionRatio.X32,
+    "x64": models.CompressionRatio.X64,
+}
 
 
 class QdrantIndex:
@@ -31,36 +70,101 @@ class QdrantIndex:
             self._client = QdrantClient(location=":memory:")
             self.local = True
         self._known: dict[str, int] = {}
+        self._ef: dict[str, int | None] = {}
 
-    def ensure_collection(self, name: str, dim: int) -> None:
+    # -- names ------------------------------------------------------------------------------
+
+    def _aliases(self) -> dict[str, str]:
+        return {a.alias_name: a.collection_name for a in self._client.get_aliases().aliases}
+
+    def resolve(self, name: str) -> str | None:
+        target = self._aliases().get(name)
+        if target is not None:
+            return target
+        return name if self._client.collection_exists(name) else None
+
+    def collections(self) -> list[str]:
+        return sorted(c.name for c in self._client.get_collections().collections)
+
+    def switch_alias(self, alias: str, collection: str) -> str | None:
+        if not self._client.collection_exists(collection):
+            raise LookupError(f"collection {collection} does not exist")
+        previous = self._aliases().get(alias)
+        operations: list[models.CreateAliasOperation | models.DeleteAliasOperation] = []
+        if previous is not None:
+            operations.append(
+                models.DeleteAliasOperation(delete_alias=models.DeleteAlias(alias_name=alias))
+            )
+        operations.append(
+            models.CreateAliasOperation(
+                create_alias=models.CreateAlias(collection_name=collection, alias_name=alias)
+            )
+        )
+        self._client.update_collection_aliases(change_aliases_operations=operations)
+        return previous
+
+    # -- collections ------------------------------------------------------------------------
+
+    def ensure_collection(
+        self, name: str, dim: int, params: CollectionParams | None = None
+    ) -> None:
         if self._known.get(name) == dim:
             return
-        if self._client.collection_exists(name):
-            info = self._client.get_collection(name)
+        physical = self.resolve(name)
+        if physical is None:
+            physical = f"{name}__g1"
+            if not self._client.collection_exists(physical):
+                self.create_collection(physical, dim, params or CollectionParams())
+            self.switch_alias(name, physical)
+        else:
+            info = self._client.get_collection(physical)
             vectors = info.config.params.vectors
-            size = vectors[CONTENT_VECTOR].size if isinstance(vectors, dict) else None
+            sizes = {k: v.size for k, v in vectors.items()} if isinstance(vectors, dict) else {}
+            size = sizes.get(CONTENT_VECTOR)
             if size != dim:
                 raise ValueError(
                     f"collection {name} holds {size}-d vectors but the embedder makes {dim}-d; "
                     "re-embed into a new collection instead of mixing versions"
                 )
-        else:
-            self._client.create_collection(
-                name,
-                vectors_config={
-                    CONTENT_VECTOR: models.VectorParams(size=dim, distance=models.Distance.COSINE)
-                },
-                hnsw_config=models.HnswConfigDiff(m=16, ef_construct=200),
-            )
-            for field, schema in (
-                ("tenant_id", models.PayloadSchemaType.KEYWORD),
-                ("task_id", models.PayloadSchemaType.KEYWORD),
-                ("level", models.PayloadSchemaType.INTEGER),
-                ("ts", models.PayloadSchemaType.FLOAT),
-            ):
-                if not self.local:  # local mode ignores payload indexes (and says so)
-                    self._client.create_payload_index(name, field, field_schema=schema)
+            if CONTEXT_VECTOR not in sizes:
+                raise ValueError(
+                    f"collection {name} has no {CONTEXT_VECTOR} vector; rebuild it "
+                    "(memharness index rebuild) to add one"
+                )
         self._known[name] = dim
+
+    def create_collection(self, name: str, dim: int, params: CollectionParams) -> None:
+        vector = models.VectorParams(size=dim, distance=models.Distance.COSINE)
+        self._client.create_collection(
+            name,
+            vectors_config={CONTENT_VECTOR: vector, CONTEXT_VECTOR: vector},
+            hnsw_config=models.HnswConfigDiff(
+                m=params.hnsw_m, ef_construct=params.hnsw_ef_construct
+            ),
+            quantization_config=(
+                models.ProductQuantization(
+                    product=models.ProductQuantizationConfig(compression=_PQ[params.pq])
+                )
+                if params.pq
+                else None
+            ),
+            metadata={DELETED_KEY: 0, SEARCH_EF_KEY: params.search_ef},
+        )
+        if not self.local:  # local mode ignores payload indexes (and says so)
+            for field, schema in INDEXED_FIELDS:
+                self._client.create_payload_index(name, field, field_schema=schema, wait=True)
+
+    def drop_collection(self, name: str) -> None:
+        if name in self._aliases().values():
+            raise ValueError(f"collection {name} is behind an alias; switch it first")
+        self._client.delete_collection(name)
+        self._known = {k: v for k, v in self._known.items() if k != name}
+        self._ef.pop(name, None)
+
+    def _metadata(self, physical: str) -> dict[str, Any]:
+        return dict(self._client.get_collection(physical).config.metadata or {})
+
+    # -- points -----------------------------------------------------------------------------
 
     def upsert(self, collection: str, points: Sequence[VectorPoint]) -> None:
         if not points:
@@ -68,25 +172,92 @@ class QdrantIndex:
         self._client.upsert(
             collection,
             points=[
-                models.PointStruct(
-                    id=str(point.id), vector={CONTENT_VECTOR: point.vector}, payload=point.payload
-                )
-                for point in points
+                models.PointStruct(id=str(p.id), vector=_vectors(p), payload=p.payload)
+                for p in points
             ],
             wait=True,
         )
 
     def delete(self, collection: str, ids: Sequence[uuid.UUID]) -> None:
-        if ids:
-            self._client.delete(
-                collection, points_selector=models.PointIdsList(points=[str(i) for i in ids])
-            )
+        if not ids:
+            return
+        physical = self.resolve(collection)
+        if physical is None:
+            raise LookupError(f"collection {collection} does not exist")
+        existing = self._client.retrieve(
+            physical, [str(i) for i in ids], with_payload=False, with_vectors=False
+        )
+        self._client.delete(
+            physical, points_selector=models.PointIdsList(points=[str(i) for i in ids]), wait=True
+        )
+        if existing:
+            metadata = self._metadata(physical)
+            metadata[DELETED_KEY] = int(metadata.get(DELETED_KEY, 0)) + len(existing)
+            self._client.update_collection(physical, metadata=metadata)
 
     def count(self, collection: str, tenant_id: str | None = None) -> int:
-        if not self._client.collection_exists(collection):
+        if self.resolve(collection) is None:
             return 0
-        flt = _scope_filter(tenant_id, None) if tenant_id is not None else None
+        flt = _scope_filter(tenant_id, None, None) if tenant_id is not None else None
         return int(self._client.count(collection, count_filter=flt, exact=True).count)
+
+    def stats(self, collection: str) -> CollectionStats:
+        physical = self.resolve(collection)
+        if physical is None:
+            raise LookupError(f"collection {collection} does not exist")
+        info = self._client.get_collection(physical)
+        metadata = dict(info.config.metadata or {})
+        return CollectionStats(
+            name=physical,
+            points=int(info.points_count or 0),
+            deleted=int(metadata.get(DELETED_KEY, 0)),
+            segments=int(info.segments_count or 0),
+        )
+
+    def scroll_ids(
+        self, collection: str, offset: uuid.UUID | None = None, limit: int = 1000
+    ) -> tuple[list[uuid.UUID], uuid.UUID | None]:
+        if self.resolve(collection) is None:
+            return [], None
+        records, nxt = self._client.scroll(
+            collection,
+            limit=limit,
+            offset=str(offset) if offset is not None else None,
+            with_payload=False,
+            with_vectors=False,
+        )
+        return [uuid.UUID(str(r.id)) for r in records], (
+            uuid.UUID(str(nxt)) if nxt is not None else None
+        )
+
+    def retrieve(self, collection: str, ids: Sequence[uuid.UUID]) -> list[VectorPoint]:
+        if not ids or self.resolve(collection) is None:
+            return []
+        records = self._client.retrieve(
+            collection, [str(i) for i in ids], with_payload=True, with_vectors=True
+        )
+        out = []
+        for record in records:
+            vectors: Any = record.vector or {}
+            out.append(
+                VectorPoint(
+                    id=uuid.UUID(str(record.id)),
+                    vector=list(vectors[CONTENT_VECTOR]),
+                    context=list(vectors[CONTEXT_VECTOR]) if CONTEXT_VECTOR in vectors else None,
+                    payload=dict(record.payload or {}),
+                )
+            )
+        return out
+
+    def _search_params(self, collection: str) -> models.SearchParams | None:
+        physical = self.resolve(collection)
+        if physical is None or self.local:  # local mode searches exactly (and warns)
+            return None
+        if physical not in self._ef:
+            ef = self._metadata(physical).get(SEARCH_EF_KEY)
+            self._ef[physical] = int(ef) if ef is not None else None
+        ef_value = self._ef[physical]
+        return models.SearchParams(hnsw_ef=ef_value) if ef_value else None
 
     def search(
         self,
@@ -96,27 +267,94 @@ class QdrantIndex:
         tenant_id: str,
         task_id: str | None = None,
         limit: int = 10,
+        using: str = CONTENT_VECTOR,
+        fusion: ContextFusion | None = None,
+        since_ts: float | None = None,
     ) -> list[VectorHit]:
-        if not self._client.collection_exists(collection):
+        if self.resolve(collection) is None:
             return []
-        response = self._client.query_points(
-            collection,
-            query=list(vector),
-            using=CONTENT_VECTOR,
-            query_filter=_scope_filter(tenant_id, task_id),
-            limit=limit,
-            with_payload=True,
-        )
+        flt = _scope_filter(tenant_id, task_id, since_ts)
+        params = self._search_params(collection)
+        if fusion is None:
+            response = self._client.query_points(
+                collection,
+                query=list(vector),
+                using=using,
+                query_filter=flt,
+                search_params=params,
+                limit=limit,
+                with_payload=True,
+            )
+        else:
+            depth = limit * FUSION_PREFETCH_FACTOR
+            response = self._client.query_points(
+                collection,
+                prefetch=[
+                    models.Prefetch(
+                        query=list(vector),
+                        using=CONTENT_VECTOR,
+                        filter=flt,
+                        params=params,
+                        limit=depth,
+                    ),
+                    models.Prefetch(
+                        query=fusion.context,
+                        using=CONTEXT_VECTOR,
+                        filter=flt,
+                        params=params,
+                        limit=depth,
+                    ),
+                ],
+                # w_content·cos(content) + w_context·cos(context), 0 where a side is absent.
+                query=models.FormulaQuery(
+                    formula=models.SumExpression(
+                        sum=[
+                            models.MultExpression(mult=[fusion.content_weight, "$score[0]"]),
+                            models.MultExpression(mult=[fusion.context_weight, "$score[1]"]),
+                        ]
+                    ),
+                    defaults={"$score[0]": 0.0, "$score[1]": 0.0},
+                ),
+                query_filter=flt,
+                limit=limit,
+                with_payload=True,
+            )
         return [
             VectorHit(id=uuid.UUID(str(p.id)), score=float(p.score), payload=p.payload or {})
             for p in response.points
         ]
 
+    def optimize(self, collection: str) -> None:
+        physical = self.resolve(collection)
+        if physical is None:
+            raise LookupError(f"collection {collection} does not exist")
+        if self.local:
+            return  # local mode keeps no segments to vacuum
+        # An update with an empty optimizer diff makes the server re-plan its optimizers:
+        # vacuum of deleted points, merges and HNSW builds run in the background. Wait for
+        # them (status green) so that a rebuild switches to a collection with its graph.
+        self._client.update_collection(physical, optimizers_config=models.OptimizersConfigDiff())
+        deadline = time.monotonic() + OPTIMIZE_WAIT_S
+        while time.monotonic() < deadline:
+            if self._client.get_collection(physical).status == models.CollectionStatus.GREEN:
+                return
+            time.sleep(1.0)
+        log.warning("%s still optimizing after %ss; going on", physical, OPTIMIZE_WAIT_S)
+
     def close(self) -> None:
         self._client.close()
 
 
-def _scope_filter(tenant_id: str | None, task_id: str | None) -> models.Filter:
+def _vectors(point: VectorPoint) -> dict[str, list[float]]:
+    vectors = {CONTENT_VECTOR: point.vector}
+    if point.context is not None:
+        vectors[CONTEXT_VECTOR] = point.context
+    return vectors
+
+
+def _scope_filter(
+    tenant_id: str | None, task_id: str | None, since_ts: float | None
+) -> models.Filter:
     must: list[models.Condition] = []
     if tenant_id is not None:
         must.append(
@@ -124,4 +362,6 @@ def _scope_filter(tenant_id: str | None, task_id: str | None) -> models.Filter:
         )
     if task_id is not None:
         must.append(models.FieldCondition(key="task_id", match=models.MatchValue(value=task_id)))
+    if since_ts is not None:
+        must.append(models.FieldCondition(key="ts", range=models.Range(gte=since_ts)))
     return models.Filter(must=must)

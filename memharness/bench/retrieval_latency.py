@@ -1,0 +1,407 @@
+"""``memharness bench retrieval-latency``: context() latency at 10k and 100k memories.
+
+For each store size N: N synthetic memories (realistic sentences: decisions, status
+changes, preferences, observations; 8 tenants x 5 tasks; a month of timestamps; a task phase
+in the metadata) go into a scratch PostgreSQL database with COPY and into a fresh embedded
+qdrant-edge store (content and context vectors, batched upserts), whose HNSW graph is then
+built (``optimize``). Then ``context()``'s owner-side call, ``workers.read_service
+.assemble_for`` (``pipelines.assemble.build_context``: focus, three query variants, dense
+recall on the edge store, sparse and temporal recall in PostgreSQL, fusion, local and
+offline reranking, priority, budgeted assembly with the real tokenizer) is timed in process
+with the offline adapters, over queries from random tenants and tasks. The Celery hop of
+``MemoryClient.context`` (about 1 ms here, DESIGN.md) is not included.
+
+Targets (issue 3): p95 <= 10 ms at 10k, <= 30 ms at 100k. Building the 100k HNSW graph takes
+about two minutes on these machines, so a full run takes several minutes. Progress goes to
+stderr; the last stdout line is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import redis
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from config import Settings, get_settings
+from pipelines.embedding_context import context_text
+from pipelines.focus import TaskPhase
+from pipelines.ports import Embedder, VectorIndex, VectorPoint
+from workers.adapters import build_embedder, build_llm
+from workers.adapters.vector_edge import EdgeIndex
+from workers.db import drop_database, migrate, open_pool
+from workers.index_service import EPISODIC, alias_name, collection_params, episodic_payload
+
+TARGET_P95_MS = {10_000: 10.0, 100_000: 30.0}
+TENANTS = 8
+TASKS_PER_TENANT = 5
+SEED = 20261202
+# The hashing embedder takes ~20k texts/s here and edge upserts ~28k points/s (DESIGN.md):
+# batches of this size keep each step a second or less and the progress lines readable.
+BATCH = 5_000
+REDIS_DB = 13
+# The default layout's fixed partitions take 24,000 tokens; 32k leaves the elastic ones room.
+BUDGET_TOKENS = 32_000
+
+SUBJECTS = [
+    "the ledger service", "the billing export", "the auth module", "the search index",
+    "the nightly ETL", "the mobile release", "the payment gateway", "the onboarding flow",
+    "the rate limiter", "the audit log", "the invoice PDF renderer", "the Kafka consumer",
+    "the feature-flag service", "the data warehouse sync", "the SSO integration",
+    "the notification queue", "the CI pipeline", "the staging cluster", "the GraphQL API",
+    "the customer dashboard",
+]  # fmt: skip
+TEMPLATES = [
+    ("decision", "We decided to move {s} to {t} because {r}."),
+    ("decision", "Decision: {s} keeps {t}; {r}."),
+    ("status_change", "Status: {s} is now blocked on {b} (ticket {k})."),
+    ("status_change", "{s} shipped to production on {d}; {r}."),
+    ("preference", "I prefer {p} for anything touching {s}."),
+    ("observation", "Noticed that {s} slows down when {c}; p95 went to {n} ms."),
+    ("action", "Opened {k} to refactor {s} before the {d} freeze."),
+    ("feedback", "The reviewer asked us to split {s} into smaller pull requests."),
+]
+TARGETS = ["PostgreSQL 15", "a queue worker", "the new cluster", "gRPC", "Redis Streams",
+           "a cron job", "Python 3.11", "the managed service"]  # fmt: skip
+REASONS = ["it needs transactions", "costs dropped by a third", "the vendor sunsets the old API",
+           "latency matters more than throughput", "the team already knows it",
+           "compliance asked for an audit trail"]  # fmt: skip
+BLOCKERS = ["the security review", "a schema migration", "legal sign-off", "the load test",
+            "a vendor ticket", "capacity planning"]  # fmt: skip
+PREFS = ["short status updates", "feature flags", "small pull requests", "typed interfaces",
+         "written design notes", "pair reviews"]  # fmt: skip
+CAUSES = ["the cache is cold", "batch jobs overlap", "the pool is exhausted",
+          "a retry storm starts", "GC pauses pile up"]  # fmt: skip
+QUESTIONS = [
+    "What did we decide about {s}?", "Why is {s} blocked?", "What is the status of {s}?",
+    "How does the user want updates on {s}?", "What slowed down {s} last time?",
+    "Which ticket tracks the {s} refactor?", "When did {s} ship?",
+]  # fmt: skip
+
+
+def _log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _key(n: int) -> str:
+    return f"{n // 1000}k" if n % 1000 == 0 else str(n)
+
+
+def _pct(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def synthetic_memories(n: int, now: datetime, seed: int = SEED) -> list[dict[str, Any]]:
+    """``n`` memories of ``TENANTS`` tenants, unique per session, over the last 30 days."""
+    rng = random.Random(seed)
+    rows = []
+    phases = list(TaskPhase)
+    for i in range(n):
+        tenant = f"tenant-{i % TENANTS}"
+        task = f"task-{(i // TENANTS) % TASKS_PER_TENANT}"
+        kind, template = rng.choice(TEMPLATES)
+        content = template.format(
+            s=rng.choice(SUBJECTS),
+            t=rng.choice(TARGETS),
+            r=rng.choice(REASONS),
+            b=rng.choice(BLOCKERS),
+            k=f"{tenant.upper()}-{i}",
+            d=(now - timedelta(days=rng.randrange(60))).date().isoformat(),
+            p=rng.choice(PREFS),
+            c=rng.choice(CAUSES),
+            n=rng.randrange(40, 900),
+        )
+        content = content[0].upper() + content[1:] + f" (note {i})"
+        rows.append(
+            {
+                "id": uuid.uuid5(uuid.NAMESPACE_URL, f"memharness-bench/{seed}/{i}"),
+                "tenant_id": tenant,
+                "user_id": None,
+                "agent_id": None,
+                "task_id": task,
+                "session_id": f"s-{i % 50}",
+                "ts": now - timedelta(seconds=rng.uniform(0, 30 * 86400)),
+                "type": kind,
+                "content": content,
+                "importance": round(rng.uniform(0.2, 0.9), 3),
+                "level": 0,
+                "modality": "text",
+                "metadata": {"phase": rng.choice(phases).value},
+            }
+        )
+    return rows
+
+
+def copy_memories(
+    conn: psycopg.Connection[Any], rows: Sequence[dict[str, Any]], version: str
+) -> None:
+    """Stored memories with COPY: the fast path of a bulk load, one round trip per block."""
+    columns = (
+        "id, tenant_id, task_id, session_id, ts, type, content, content_hash, summary, "
+        "embedding_version, importance, level, modality, metadata, status"
+    )
+    with conn.cursor() as cur, cur.copy(f"COPY memories ({columns}) FROM STDIN") as copy:
+        for row in rows:
+            copy.write_row(
+                (
+                    row["id"],
+                    row["tenant_id"],
+                    row["task_id"],
+                    row["session_id"],
+                    row["ts"],
+                    row["type"],
+                    row["content"],
+                    hashlib.sha256(row["content"].encode()).digest(),
+                    row["content"],
+                    version,
+                    row["importance"],
+                    row["level"],
+                    row["modality"],
+                    json.dumps(row["metadata"]),
+                    "stored",
+                )
+            )
+
+
+def index_memories(
+    index: VectorIndex, alias: str, embedder: Embedder, rows: Sequence[dict[str, Any]]
+) -> None:
+    """Content and context vectors of ``rows``, upserted in batches."""
+    for start in range(0, len(rows), BATCH):
+        chunk = rows[start : start + BATCH]
+        texts = [r["content"] for r in chunk]
+        texts += [context_text(r["metadata"], r["type"], r["task_id"]) for r in chunk]
+        vectors = embedder.embed(texts)
+        index.upsert(
+            alias,
+            [
+                VectorPoint(
+                    id=row["id"],
+                    vector=vectors[i],
+                    context=vectors[len(chunk) + i],
+                    payload=episodic_payload(row, embedder.version),
+                )
+                for i, row in enumerate(chunk)
+            ],
+        )
+
+
+def _scratch(base: Settings, tmp: Path) -> Settings:
+    params = conninfo_to_dict(base.database_url)
+    database_url = make_conninfo(
+        base.database_url, dbname=f"{params.get('dbname', 'memharness')}_latency"
+    )
+    return base.model_copy(
+        update={
+            "database_url": database_url,
+            "redis_url": base.redis_url.rsplit("/", 1)[0] + f"/{REDIS_DB}",
+            "qdrant_url": "",
+            "qdrant_path": tmp / "qdrant",
+            "embedder": "hashing",
+            "llm_provider": "offline",
+        }
+    )
+
+
+def measure(settings: Settings, n: int, *, queries: int, warmup: int, tmp: Path) -> dict[str, Any]:
+    from workers.adapters.tokenizer import load_token_counter
+    from workers.read_service import ReadStores, assemble_for, check_context_call, layout_of
+    from workers.tasks.recall import RECALL_THREADS
+    from workers.working_memory import WorkingMemoryPool
+
+    now = datetime.now(UTC)
+    embedder = build_embedder(settings)
+    alias = alias_name(settings, EPISODIC)
+    result: dict[str, Any] = {"points": n}
+
+    started = time.perf_counter()
+    rows = synthetic_memories(n, now)
+    with psycopg.connect(settings.database_url, autocommit=True) as conn:
+        conn.execute("TRUNCATE memories CASCADE")
+        with conn.transaction():
+            copy_memories(conn, rows, embedder.version)
+        conn.execute("ANALYZE memories")
+    result["pg_load_s"] = round(time.perf_counter() - started, 2)
+    _log(f"[{_key(n)}] {n} rows copied into PostgreSQL in {result['pg_load_s']} s")
+
+    path = tmp / f"edge-{n}"
+    shutil.rmtree(path, ignore_errors=True)
+    index = EdgeIndex(path)
+    pool = open_pool(settings, name="memharness-bench-latency")
+    r = redis.Redis.from_url(settings.redis_url)
+    executor = ThreadPoolExecutor(RECALL_THREADS, thread_name_prefix="recall")
+    try:
+        index.ensure_collection(alias, embedder.dim, collection_params(settings, EPISODIC))
+        started = time.perf_counter()
+        index_memories(index, alias, embedder, rows)
+        result["upsert_s"] = round(time.perf_counter() - started, 2)
+        _log(f"[{_key(n)}] embedded and upserted in {result['upsert_s']} s; building HNSW")
+        started = time.perf_counter()
+        index.optimize(alias)
+        result["hnsw_build_s"] = round(time.perf_counter() - started, 2)
+        _log(f"[{_key(n)}] HNSW built in {result['hnsw_build_s']} s")
+
+        counter = load_token_counter(settings.tokenizer)
+        stores = ReadStores(
+            settings=settings,
+            pool=pool,
+            vectors=index,
+            embedder=embedder,
+            llm=build_llm(settings),
+            counter=counter,
+            working_memory=WorkingMemoryPool(
+                r, max_turns=settings.working_memory_max_turns, ttl_s=settings.working_memory_ttl_s
+            ),
+            collection=alias,
+            executor=executor,
+        )
+        rng = random.Random(SEED + n)
+        phases: list[TaskPhase | None] = [None, *TaskPhase]
+        calls = []
+        for _ in range(warmup + queries):
+            phase = rng.choice(phases)
+            calls.append(
+                check_context_call(
+                    tenant_id=f"tenant-{rng.randrange(TENANTS)}",
+                    task_id=f"task-{rng.randrange(TASKS_PER_TENANT)}",
+                    query=rng.choice(QUESTIONS).format(s=rng.choice(SUBJECTS)),
+                    budget_tokens=BUDGET_TOKENS,
+                    phase=phase.value if phase else None,
+                    counter=counter,
+                    layout=layout_of(settings),
+                    content_max_bytes=settings.content_max_bytes,
+                )
+            )
+        latencies: list[float] = []
+        dense: list[float] = []
+        retrieved = 0
+        for i, call in enumerate(calls):
+            t0 = time.perf_counter()
+            assembled = assemble_for(stores, call, now=now)
+            elapsed = (time.perf_counter() - t0) * 1000
+            vector = embedder.embed([call.request.query])[0]
+            t1 = time.perf_counter()
+            index.search(
+                alias, vector, tenant_id=call.tenant_id, task_id=call.request.task_id, limit=50
+            )
+            dense_ms = (time.perf_counter() - t1) * 1000
+            if i >= warmup:
+                latencies.append(elapsed)
+                dense.append(dense_ms)
+                retrieved += len(assembled.retrieval.candidates) if assembled.retrieval else 0
+        result.update(
+            {
+                "queries": queries,
+                "p50_ms": round(statistics.median(latencies), 2),
+                "p95_ms": round(_pct(latencies, 0.95), 2),
+                "p99_ms": round(_pct(latencies, 0.99), 2),
+                "dense_search_p50_ms": round(statistics.median(dense), 2),
+                "dense_search_p95_ms": round(_pct(dense, 0.95), 2),
+                "mean_candidates": round(retrieved / queries, 1),
+            }
+        )
+        _log(f"[{_key(n)}] context p50 {result['p50_ms']} ms, p95 {result['p95_ms']} ms")
+    finally:
+        executor.shutdown()
+        pool.close()
+        r.close()
+        index.close()
+        shutil.rmtree(path, ignore_errors=True)
+    return result
+
+
+def run(
+    base: Settings,
+    *,
+    points: Sequence[int] = (10_000, 100_000),
+    queries: int = 300,
+    warmup: int = 30,
+) -> int:
+    tmp = Path(tempfile.mkdtemp(prefix="memharness-latency-"))
+    settings = _scratch(base, tmp)
+    drop_database(settings.database_url)
+    migrate(settings.database_url)
+    out: dict[str, Any] = {
+        "bench": "retrieval-latency",
+        "measured": "MemoryClient.context()'s owner-side call in process: "
+        "workers.read_service.assemble_for -> pipelines.assemble.build_context with the "
+        "offline adapters, qdrant-edge (embedded) and PostgreSQL; no Celery hop",
+        "embedder": "hashing",
+        "runs": {},
+    }
+    try:
+        for n in sorted(points):
+            run_ = measure(settings, n, queries=queries, warmup=warmup, tmp=tmp)
+            out["runs"][_key(n)] = run_
+            out[f"p50_ms_{_key(n)}"] = run_["p50_ms"]
+            out[f"p95_ms_{_key(n)}"] = run_["p95_ms"]
+        checks = {
+            _key(n): out[f"p95_ms_{_key(n)}"] <= target
+            for n, target in TARGET_P95_MS.items()
+            if _key(n) in out["runs"]
+        }
+        out["targets_p95_ms"] = {_key(n): t for n, t in TARGET_P95_MS.items()}
+        out["meets_targets"] = all(checks.values()) if checks else None
+    finally:
+        drop_database(settings.database_url)
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(json.dumps(out, sort_keys=True))
+    return 0 if out.get("meets_targets") in (True, None) else 1
+
+
+def _points(text: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers, got {text!r}"
+        ) from None
+    if not values or min(values) < 100:
+        raise argparse.ArgumentTypeError("each store size must be at least 100")
+    return values
+
+
+def register_bench(
+    bench_subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> None:
+    """Add ``bench retrieval-latency``; its own ``func`` overrides the ``bench`` parser's."""
+    p = bench_subparsers.add_parser(
+        "retrieval-latency", help="context() p50/p95 at 10k and 100k memories, embedded engine"
+    )
+    add_arguments(p)
+    p.set_defaults(
+        func=lambda args: run(
+            get_settings(), points=args.points, queries=args.queries, warmup=args.warmup
+        )
+    )
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--points", type=_points, default=[10_000, 100_000])
+    parser.add_argument("--queries", type=int, default=300)
+    parser.add_argument("--warmup", type=int, default=30)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(prog="python -m memharness.bench.retrieval_latency")
+    add_arguments(parser)
+    args = parser.parse_args()
+    raise SystemExit(
+        run(get_settings(), points=args.points, queries=args.queries, warmup=args.warmup)
+    )

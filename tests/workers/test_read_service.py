@@ -1,0 +1,204 @@
+"""The read service's PostgreSQL ports and the context task's body, on the real database.
+
+Rows are inserted as the write worker leaves them (``status = 'stored'``); the recallers must
+keep every query inside the tenant and task it is given, in SQL.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg_pool import ConnectionPool
+
+from pipelines.records import Level
+from pipelines.retrieve import RecallScope
+from workers.adapters.tokenizer import load_token_counter
+from workers.db import open_pool
+from workers.read_service import (
+    PostgresRecall,
+    check_context_call,
+    layout_of,
+    touch_memories,
+    tsquery_of,
+)
+
+NOW = datetime.now(UTC).replace(microsecond=0)
+SCOPE = RecallScope(tenant_id="acme", task_id="billing", now=NOW)
+COUNTER = load_token_counter()
+
+
+@pytest.fixture
+def pool(db, settings) -> Iterator[ConnectionPool]:  # type: ignore[no-untyped-def]
+    opened = open_pool(settings, name="test-read-service")
+    yield opened
+    opened.close()
+
+
+def insert(
+    conn: psycopg.Connection[Any],
+    content: str,
+    *,
+    tenant: str = "acme",
+    task: str = "billing",
+    age: timedelta = timedelta(hours=1),
+    status: str = "stored",
+    summary: str | None = None,
+    memory_type: str | None = "decision",
+) -> str:
+    key = uuid.uuid5(uuid.NAMESPACE_URL, f"{tenant}/{task}/{content}")
+    conn.execute(
+        "INSERT INTO memories (id, tenant_id, task_id, session_id, ts, type, content, "
+        "content_hash, status, summary, importance) "
+        "VALUES (%s, %s, %s, 's-1', %s, %s, %s, %s, %s, %s, 0.7)",
+        (
+            key,
+            tenant,
+            task,
+            NOW - age,
+            memory_type,
+            content,
+            hashlib.sha256(content.encode()).digest(),
+            status,
+            summary,
+        ),
+    )
+    return str(key)
+
+
+def test_the_tsquery_is_an_or_of_quoted_keywords() -> None:
+    assert tsquery_of("Why did we choose PostgreSQL?") == "'choose' | 'PostgreSQL'"
+    assert tsquery_of("what is it?") == ""
+    assert tsquery_of("it's Bob's 'plan'") == "'Bob' | 'plan'"
+    assert "\\" not in tsquery_of("path C:\\temp\\x")
+
+
+def test_sparse_recall_ranks_keyword_matches_inside_the_scope_only(db, pool) -> None:  # type: ignore[no-untyped-def]
+    # given the same words in three scopes and one pending row
+    mine = insert(db, "We decided to keep invoices in PostgreSQL for the ledger.")
+    other_word = insert(db, "The mailer sends reminders at nine.")
+    insert(db, "Invoices in PostgreSQL for the ledger, tenant B.", tenant="other")
+    insert(db, "Invoices in PostgreSQL for the ledger, another task.", task="payroll")
+    insert(db, "Invoices in PostgreSQL, not stored yet.", status="pending")
+    recall = PostgresRecall(pool, versions_from_rows=False)
+
+    hits = recall.search_sparse("where do invoices live? PostgreSQL", SCOPE, 50)
+
+    assert [hit.id for hit in hits] == [mine]
+    assert hits[0].score > 0
+    assert other_word not in {hit.id for hit in hits}
+    # a tenant-wide scope (no task) still never crosses tenants
+    wide = RecallScope(tenant_id="acme", task_id=None, now=NOW)
+    assert len(recall.search_sparse("invoices PostgreSQL ledger", wide, 50)) == 2
+    assert recall.search_sparse("what is it?", SCOPE, 50) == []
+
+
+def test_related_terms_come_from_the_top_keyword_hits(db, pool) -> None:  # type: ignore[no-untyped-def]
+    for n in range(4):
+        insert(db, f"Invoice batch {n} failed on the ledger lock timeout.")
+    insert(db, "Invoice export to the warehouse finished.")
+    recall = PostgresRecall(pool, versions_from_rows=False)
+
+    terms = recall.related_terms("invoice", SCOPE, 8)
+
+    assert "ledger" in terms
+    assert "invoice" not in terms
+
+
+def test_temporal_recall_reads_the_last_seven_days_of_the_task(db, pool) -> None:  # type: ignore[no-untyped-def]
+    recent = insert(db, "Deployed the invoices service to eu-west-1.", age=timedelta(days=1))
+    newest = insert(db, "Checked the mailer logs.", age=timedelta(minutes=5))
+    insert(db, "Deployed the invoices service long ago.", age=timedelta(days=9))
+    insert(db, "Deployed tenant B's invoices.", tenant="other", age=timedelta(hours=2))
+    recall = PostgresRecall(pool, versions_from_rows=False)
+    since = NOW - timedelta(days=7)
+
+    ranked = recall.search_recent("deployed invoices", SCOPE, since, 20)
+    assert [hit.id for hit in ranked] == [recent, newest]
+    # with no keyword, the newest first
+    newest_first = recall.search_recent("what is it?", SCOPE, since, 20)
+    assert [hit.id for hit in newest_first] == [newest, recent]
+    assert len(recall.search_recent("deployed", SCOPE, since, 1)) == 1
+
+
+def test_fetch_reads_back_only_the_scope_with_compressed_versions(db, pool) -> None:  # type: ignore[no-untyped-def]
+    long = "We decided to keep invoices in PostgreSQL because the ledger needs transactions. " * 3
+    mine = insert(db, long, summary="Invoices stay in PostgreSQL: the ledger needs transactions.")
+    theirs = insert(db, "Tenant B's decision.", tenant="other")
+    columns = {
+        row[0]
+        for row in db.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = 'memories'"
+        ).fetchall()
+    }
+    has_rows = "parent_ids" in columns
+    if has_rows:  # a level-2 summary row over this memory (migration 0003)
+        db.execute(
+            "INSERT INTO memories (id, tenant_id, task_id, session_id, ts, content, "
+            "content_hash, status, level, parent_ids) VALUES (%s, 'acme', 'billing', 's-1', "
+            "%s, 'Billing phase: PostgreSQL chosen.', '\\x00', 'stored', 2, ARRAY[%s]::uuid[])",
+            (uuid.uuid4(), NOW, mine),
+        )
+    recall = PostgresRecall(pool, versions_from_rows=has_rows)
+
+    views = recall.fetch([mine, theirs, str(uuid.uuid4())], SCOPE)
+
+    [view] = views
+    assert view.id == mine
+    assert view.importance == pytest.approx(0.7)
+    assert view.versions[0].level is Level.L1
+    assert view.versions[0].content.startswith("Invoices stay in PostgreSQL")
+    if has_rows:
+        assert [v.level for v in view.versions] == [Level.L1, Level.L2]
+    assert recall.views[mine] == view
+
+
+def test_an_access_bump_counts_once_even_when_replayed(db, pool) -> None:  # type: ignore[no-untyped-def]
+    a = insert(db, "first memory about invoices")
+    b = insert(db, "second memory about invoices")
+    theirs = insert(db, "tenant B memory", tenant="other")
+    at = NOW
+
+    assert touch_memories(pool, "acme", [a, b, theirs], at) == 2
+    # a replay of the same message changes nothing
+    assert touch_memories(pool, "acme", [a, b], at) == 0
+    # a later read counts again; an older one delivered late counts but keeps the newer time
+    assert touch_memories(pool, "acme", [a], at + timedelta(seconds=5)) == 1
+    assert touch_memories(pool, "acme", [a], at - timedelta(seconds=5)) == 1
+    rows = dict(
+        db.execute(
+            "SELECT id::text, access_count FROM memories WHERE id = ANY(%s::uuid[])",
+            ([a, b, theirs],),
+        ).fetchall()
+    )
+    assert rows == {a: 3, b: 1, theirs: 0}
+    last = db.execute("SELECT last_accessed_at FROM memories WHERE id = %s", (a,)).fetchone()[0]
+    assert last == at + timedelta(seconds=5)
+
+
+def test_the_partition_budgets_come_from_settings(settings) -> None:  # type: ignore[no-untyped-def]
+    custom = settings.model_copy(update={"context_retrieved_tokens": 48_000})
+    layout = layout_of(custom)
+    assert layout.fixed_tokens == 24_000
+    assert layout.default_total_tokens == 4_000 + 8_000 + 48_000 + 64_000 + 12_000 + 8_000
+
+    call = check_context_call(
+        tenant_id="acme",
+        task_id="billing",
+        query="  why   PostgreSQL? ",
+        budget_tokens=30_000,
+        focus=["decisions", "facts"],
+        variables={"attempt": 2, "branch": "main"},
+        counter=COUNTER,
+        layout=layout,
+        content_max_bytes=1000,
+    )
+    wire = call.to_json()
+    assert wire["query"] == "why PostgreSQL?"
+    assert wire["focus"] == ["decisions", "facts"]
+    assert wire["variables"] == {"attempt": "2", "branch": "main"}
