@@ -20,9 +20,11 @@ from memharness.client import MemoryClient, WriteReceipt
 from memharness.demo_script import RECALL_QUERIES, script
 from memharness.processes import Managed, start_beat, start_flower, start_worker, wait_for_worker
 from memharness.stats import collect_stats, format_stats
+from pipelines.budget import Partition
 from workers.db import migrate
 
 TASK = "atlas-billing-migration"
+CONTEXT_BUDGET_TOKENS = 40_000
 
 
 def _flower_workers(settings: Settings) -> dict[str, object]:
@@ -155,9 +157,46 @@ def _run_agent(settings: Settings, tenant: str, *, flower_ok: bool, interactions
             print(f"   Q: {query}")
             for hit in client.recall(query, tenant_id=tenant, task_id=TASK, limit=3):
                 print(f"      {hit['score']:.3f} [{hit['type']}] {hit['content'][:110]}")
+        _show_context(client, tenant)
+        _show_links(client, tenant)
     print(f"== what the workers did (memharness stats --tenant {tenant})")
     print(format_stats(collect_stats(settings, tenant_id=tenant)))
     if flower_ok:
         seen = _flower_workers(settings)
         print(f"== Flower sees workers: {', '.join(sorted(seen))}")
     return 0
+
+
+def _show_context(client: MemoryClient, tenant: str) -> None:
+    """The read path an agent calls before each step: partitions within a budget."""
+    query = "Why are the webhooks blocked, and what did we decide about the ledger?"
+    started = time.perf_counter()
+    context = client.context(TASK, query, CONTEXT_BUDGET_TOKENS, "execution", tenant_id=tenant)
+    elapsed_ms = (time.perf_counter() - started) * 1000
+    print(
+        f"== context() for {query!r}: {context.total_tokens} of {context.budget_tokens} tokens "
+        f"({context.tokenizer}), {elapsed_ms:.0f} ms through the owner"
+    )
+    for part in context.partitions:
+        if part.items:
+            print(
+                f"   {part.name.value:20s} {part.used_tokens:6d} / {part.budget_tokens:6d} tokens,"
+                f" {len(part.items)} items, {len(part.compressed_ids)} compressed,"
+                f" {len(part.evicted_ids)} evicted"
+            )
+    retrieved = context.partition(Partition.RETRIEVED_MEMORY)
+    for line in retrieved.text.splitlines()[:4]:
+        print(f"      {line[:110]}")
+
+
+def _show_links(client: MemoryClient, tenant: str) -> None:
+    """Links made after each write batch, walked hop by hop."""
+    question = "What does the blocked auth module affect?"
+    deadline = time.monotonic() + 20
+    traversal = client.affected_by(question, tenant_id=tenant)
+    while not traversal.affected and time.monotonic() < deadline:
+        time.sleep(0.5)  # linking runs on the owner right after each batch
+        traversal = client.affected_by(question, tenant_id=tenant)
+    print(f"== affected_by({question!r}): {len(traversal.affected)} memories reached")
+    for hit in traversal.affected[:3]:
+        print(f"   hop {hit.hops}: {hit.content[:100]}")
