@@ -36,20 +36,11 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from pipelines.compress import (
-    NEGATIONS,
-    STOPWORDS,
-    ask_with_fallback,
-    fold,
-    normalise_token,
-    parse_json,
-    raw_tokens,
-    split_speaker,
-    words,
-)
+from pipelines.compress import ask_with_fallback, parse_json, split_speaker
 from pipelines.ports import Embedder
 from pipelines.records import ID_NAMESPACE, EpisodicMemory, MemoryType, SemanticMemory
 from pipelines.summarize import split_sentences
+from pipelines.text import NEGATIONS, STOPWORDS, fold, normalise_token, raw_tokens, words
 
 MERGE_SIMILARITY = 0.85
 TOPIC_OVERLAP = 0.5

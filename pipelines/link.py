@@ -30,20 +30,10 @@ from typing import Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from pipelines.compress import (
-    STOPWORDS,
-    ask_with_fallback,
-    content_tokens,
-    find_dates,
-    find_identifiers,
-    fold,
-    normalise_token,
-    parse_json,
-    raw_tokens,
-    split_speaker,
-    words,
-)
+from pipelines.compress import ask_with_fallback, find_identifiers, parse_json, split_speaker
+from pipelines.dates import find_dates
 from pipelines.records import EpisodicMemory
+from pipelines.text import STOPWORDS, content_tokens, fold, normalise_token, raw_tokens, words
 
 SIMILAR_MIN_SCORE = 0.75
 MAX_ENTITY_LINKS = 20

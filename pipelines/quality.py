@@ -41,27 +41,28 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from pipelines.compress import (
     DEFAULT_LEVELS,
-    FILLERS,
-    REACTIONS,
-    STOPWORDS,
     CompressionLLM,
-    DateSpan,
     LevelPolicy,
     SegmentKind,
     SourceMemory,
     SummaryDraft,
     classify_segment,
     compress_group,
-    content_tokens,
-    find_dates,
     find_identifiers,
+    segment_sources,
+)
+from pipelines.dates import DateSpan, find_dates
+from pipelines.records import Level
+from pipelines.text import (
+    FILLERS,
+    REACTIONS,
+    STOPWORDS,
+    content_tokens,
     fold,
     normalise_token,
     raw_tokens,
-    segment_sources,
     words,
 )
-from pipelines.records import Level
 
 FACT_SAMPLE_SIZE = 5
 MIN_FACT_RECALL = 0.85

@@ -67,7 +67,6 @@ from pipelines.compress import (
     compress_group,
     plan_groups,
     sources_from_drafts,
-    word_count,
 )
 from pipelines.quality import (
     CompressionHealth,
@@ -79,6 +78,7 @@ from pipelines.quality import (
     check_rationale,
 )
 from pipelines.records import ID_NAMESPACE, Level
+from pipelines.text import word_count
 
 CATEGORIES = (1, 2, 3, 4)
 _SESSION_RE = re.compile(r"^session_(\d+)$")

@@ -16,7 +16,6 @@ from pipelines.compress import (
     AnnotationBatch,
     CompressionLLM,
     CompressRequest,
-    DateSpan,
     LevelPolicy,
     SegmentKind,
     SourceMemory,
@@ -24,17 +23,16 @@ from pipelines.compress import (
     annotation_json_schema,
     classify_segment,
     compress_group,
-    find_dates,
     find_identifiers,
     parse_annotations,
     parse_summary,
     plan_groups,
-    resolve_relative_dates,
     segment_sources,
     sources_from_drafts,
     target_level,
     telegraphic,
 )
+from pipelines.dates import DateSpan, find_dates, resolve_relative_dates
 from pipelines.ports import MalformedLLMOutput, TransientLLMError
 from pipelines.records import Level
 

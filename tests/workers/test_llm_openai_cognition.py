@@ -11,11 +11,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from config import Settings
-from pipelines.compress import SourceMemory, compress_group, word_count
+from pipelines.compress import SourceMemory, compress_group
 from pipelines.consolidate import extract_offline
 from pipelines.link import propose_causal_offline
 from pipelines.ports import LLM, TransientLLMError
 from pipelines.records import EpisodicMemory, Level
+from pipelines.text import word_count
 from tests.support.openai_stub import OpenAIStub, serve_stub
 from workers.adapters import build_llm
 

@@ -18,12 +18,13 @@ from psycopg import Connection
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from pipelines.compress import SourceMemory, SummaryDraft, word_count
+from pipelines.compress import SourceMemory, SummaryDraft
 from pipelines.consolidate import KnowledgeChange
 from pipelines.decay import EvictionRecord
 from pipelines.link import LinkKind, MemoryLink
 from pipelines.quality import CompressionHealth, QualityOutcome, QualityReport
 from pipelines.records import EpisodicMemory, Level, SemanticMemory, content_hash
+from pipelines.text import word_count
 
 EMBED_JOB = "embed"
 UNINDEX_JOB = "unindex"
