@@ -59,6 +59,20 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_reembed(args: argparse.Namespace) -> int:
+    """Progress of re-embedding after a model change (reads only: safe beside the owner)."""
+    from workers.context import WorkerContext
+    from workers.index_service import reembed_status
+
+    ctx = WorkerContext(get_settings())
+    try:
+        status = reembed_status(ctx)
+    finally:
+        ctx.close()
+    print(json.dumps(status, indent=2, sort_keys=True, default=str))
+    return 0
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from memharness.demo import run_demo
 
@@ -120,6 +134,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tenant", default=None)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_stats)
+
+    p = sub.add_parser("reembed", help="re-embedding after a model change: per-collection status")
+    p.add_argument("--status", action="store_true", help="show progress (the default)")
+    p.set_defaults(func=_cmd_reembed)
 
     p = sub.add_parser("demo", help="a scripted agent writing and recalling through workers")
     p.add_argument("--interactions", type=int, default=200)

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Executor
 from datetime import datetime
+from functools import lru_cache
 from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -54,10 +55,11 @@ from pipelines.retrieve import (
     RetrievalConfig,
     RetrievalResult,
     retrieve,
+    term_set,
 )
 from pipelines.rewrite import RewriteLLM, rewrite_query
 from pipelines.sparse import analyze
-from pipelines.tokens import TokenCounter, truncate_to_tokens
+from pipelines.tokens import TokenCounter, count_many, truncate_to_tokens
 
 # A query is a question for one step, not a document: 16 KiB of UTF-8 and 4,000 tokens.
 QUERY_MAX_BYTES = 16_384
@@ -173,12 +175,17 @@ class PartitionContent(BaseModel):
     evicted_ids: tuple[str, ...]
 
 
+@lru_cache(maxsize=1_024)
+def _focus_term_set(focus_terms: tuple[str, ...]) -> frozenset[str]:
+    return frozenset(term for word in focus_terms for term in analyze(word))
+
+
 def focus_relevance(text: str, focus_terms: Sequence[str]) -> float:
     """Share of the focus's terms the text holds (0.5 when the focus names none)."""
-    wanted = {term for word in focus_terms for term in analyze(word)}
+    wanted = _focus_term_set(tuple(focus_terms))
     if not wanted:
         return 0.5
-    return len(wanted.intersection(analyze(text))) / len(wanted)
+    return len(wanted.intersection(term_set(text))) / len(wanted)
 
 
 def _score(item: ContextItem, now: datetime, focus_terms: Sequence[str]) -> float:
@@ -186,12 +193,20 @@ def _score(item: ContextItem, now: datetime, focus_terms: Sequence[str]) -> floa
         item.relevance if item.relevance is not None else focus_relevance(item.text, focus_terms)
     )
     age = age_hours(item.timestamp, now) if item.timestamp is not None else 0.0
+    density, has_identifiers = _text_features(item.text, item.type)
     return eviction_score(
         relevance=relevance,
-        density=density_of(item.text, item.type),
+        density=density,
         age_hours=age,
-        has_identifiers=holds_identifiers(item.text),
+        has_identifiers=has_identifiers,
     )
+
+
+@lru_cache(maxsize=16_384)
+def _text_features(text: str, memory_type: MemoryType | None) -> tuple[float, bool]:
+    """A text's density and whether it holds identifiers, memoised: every fit of a
+    partition scores its items again, and the same memories come back step after step."""
+    return density_of(text, memory_type), holds_identifiers(text)
 
 
 def _render(name: Partition, lines: Sequence[str]) -> str:
@@ -230,7 +245,7 @@ def fit_partition(
     def cost(i: int) -> int:
         return counter.count(texts[i] + "\n")
 
-    costs = [cost(i) for i in range(len(items))]
+    costs = count_many(counter, [text + "\n" for text in texts])
 
     def total() -> int:
         live = [c for c, k in zip(costs, kept, strict=True) if k]

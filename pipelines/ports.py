@@ -209,14 +209,36 @@ class VectorIndex(Protocol):
     """
 
     def ensure_collection(
-        self, name: str, dim: int, params: CollectionParams | None = None
+        self,
+        name: str,
+        dim: int,
+        params: CollectionParams | None = None,
+        embedding_version: str | None = None,
     ) -> None:
         """Make ``name`` usable: an existing alias or collection is checked for its vector
-        size; otherwise generation 1 is created with ``params`` and aliased as ``name``."""
+        size; otherwise generation 1 is created with ``params`` and aliased as ``name``,
+        recording ``embedding_version`` as the version of the vectors it holds."""
         ...
 
-    def create_collection(self, name: str, dim: int, params: CollectionParams) -> None:
-        """A new physical collection (content + context vectors, payload indexes)."""
+    def create_collection(
+        self,
+        name: str,
+        dim: int,
+        params: CollectionParams,
+        embedding_version: str | None = None,
+    ) -> None:
+        """A new physical collection (content + context vectors, payload indexes) that
+        records ``embedding_version``: the embedder version of every vector it will hold."""
+        ...
+
+    def embedding_version(self, collection: str) -> str | None:
+        """The embedding version recorded for the physical collection behind ``collection``
+        (alias or name); None when none was recorded (a store from before versions were
+        kept) or the collection does not exist."""
+        ...
+
+    def set_embedding_version(self, collection: str, version: str) -> None:
+        """Record ``version`` for the physical collection behind ``collection``."""
         ...
 
     def drop_collection(self, name: str) -> None: ...

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections import OrderedDict
+from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 TRUNCATION_MARK = " …"
@@ -48,10 +49,41 @@ class CachedCounter:
             self._cache.move_to_end(text)
             return cached
         value = self._inner.count(text)
+        self._store(text, value)
+        return value
+
+    def count_many(self, texts: Sequence[str]) -> list[int]:
+        """``count`` of each text; the ones not cached go to the inner counter in one batch
+        (``count_many``) when it has one."""
+        known: dict[str, int] = {}
+        for text in texts:
+            cached = self._cache.get(text)
+            if cached is not None:
+                self._cache.move_to_end(text)
+                known[text] = cached
+        missing = [text for text in dict.fromkeys(texts) if text not in known]
+        if missing:
+            for text, value in zip(missing, count_many(self._inner, missing), strict=True):
+                known[text] = value
+                self._store(text, value)
+        return [known[text] for text in texts]
+
+    def _store(self, text: str, value: int) -> None:
         self._cache[text] = value
         if len(self._cache) > self._max:
             self._cache.popitem(last=False)
-        return value
+
+
+def count_many(counter: TokenCounter, texts: Sequence[str]) -> list[int]:
+    """The count of each text, in one call when the counter has ``count_many`` (a tokenizer
+    that encodes a batch on several threads), else one ``count`` at a time."""
+    many = getattr(counter, "count_many", None)
+    if many is None:
+        return [counter.count(text) for text in texts]
+    counts = list(many(texts))
+    if len(counts) != len(texts):
+        raise ValueError(f"count_many returned {len(counts)} counts for {len(texts)} texts")
+    return [int(value) for value in counts]
 
 
 def count_lines(counter: TokenCounter, lines: list[str]) -> int:

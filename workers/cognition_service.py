@@ -23,6 +23,7 @@ argument, so a run at the same clock over the same rows changes nothing the seco
 
 from __future__ import annotations
 
+import bisect
 import logging
 import time
 import uuid
@@ -97,7 +98,8 @@ from workers.db.cognition import (
     unchecked_summaries,
     unlinked_ids,
 )
-from workers.db.writes import claim_jobs, count_due_jobs
+from workers.db.writes import WRITE_JOB, claim_jobs, count_due_jobs
+from workers.index_service import EPISODIC, dense_search_target, write_target
 from workers.queues import CeleryQueue
 
 log = logging.getLogger(__name__)
@@ -651,7 +653,9 @@ def drain_embeddings(ctx: WorkerContext) -> dict[str, Any]:
     version = ctx.embedder.version
     if todo:
         vectors = ctx.embedder.embed([row["content"] for _, row in todo])
-        ctx.vectors.ensure_collection(collection, ctx.embedder.dim)
+        # During a re-embed run the new generation takes the new model's vectors; raises
+        # IndexNotReady (the jobs' leases then expire and they are retried) until it exists.
+        collection = write_target(ctx, EPISODIC)
         ctx.vectors.upsert(
             collection,
             [
@@ -665,8 +669,10 @@ def drain_embeddings(ctx: WorkerContext) -> dict[str, Any]:
         )
         gone = claim_jobs(conn, kind=UNINDEX_JOB, limit=limit, lease_s=settings.job_lease_s)
     if gone:
-        ctx.vectors.ensure_collection(collection, ctx.embedder.dim)
-        ctx.vectors.delete(collection, [j.memory_id for j in gone])
+        # Through the alias, whatever its model: a point a re-embed run copies meanwhile is
+        # removed by the run's own verification, which treats non-live rows as orphans.
+        if ctx.vectors.resolve(collection) is not None:
+            ctx.vectors.delete(collection, [j.memory_id for j in gone])
         with ctx.pool.connection() as conn:
             close_jobs(conn, [j.job_id for j in gone])
     return {
@@ -694,6 +700,22 @@ def _entities_of(memories: Sequence[EpisodicMemory]) -> dict[uuid.UUID, frozense
     return _ENTITIES
 
 
+OrderedCandidates = tuple[list[EpisodicMemory], list[tuple[datetime, str]]]
+
+
+def _ordered(
+    ordered: dict[str, OrderedCandidates],
+    recent: dict[str, list[EpisodicMemory]],
+    tenant_id: str,
+) -> OrderedCandidates:
+    """A tenant's candidates sorted by (timestamp, id) with their keys, once per batch, so
+    "the older ones" of each new memory is a bisection instead of a scan."""
+    if tenant_id not in ordered:
+        by_key = sorted(recent[tenant_id], key=lambda m: (m.timestamp, str(m.id)))
+        ordered[tenant_id] = (by_key, [(m.timestamp, str(m.id)) for m in by_key])
+    return ordered[tenant_id]
+
+
 def link_memories(ctx: WorkerContext, memory_ids: Sequence[uuid.UUID]) -> dict[str, Any]:
     """Links of new memories to older ones: shared entities, close neighbours of the same
     task (vector score >= 0.75), and causal edges proposed by the LLM port (offline rules
@@ -716,10 +738,12 @@ def link_memories(ctx: WorkerContext, memory_ids: Sequence[uuid.UUID]) -> dict[s
     stats: dict[str, Any] = {"linked": 0, "links": 0}
     if not todo:
         return stats
-    collection = ctx.episodic_collection
-    ctx.vectors.ensure_collection(collection, ctx.embedder.dim)
+    # Similarity links need vectors of the current model: none while a re-embed run is
+    # building them (entity and causal links do not need them).
+    collection = dense_search_target(ctx, EPISODIC)
     vectors = ctx.embedder.embed([row["content"] for row in todo])
     recent: dict[str, list[EpisodicMemory]] = {}
+    ordered: dict[str, OrderedCandidates] = {}
     for row, vector in zip(todo, vectors, strict=True):
         memory = row_to_memory(row)
         if memory.tenant_id not in recent:
@@ -728,17 +752,18 @@ def link_memories(ctx: WorkerContext, memory_ids: Sequence[uuid.UUID]) -> dict[s
                     conn, memory.tenant_id, limit=LINK_CANDIDATES
                 )
         # Only older memories: an undirected link is stored once, from the new one.
-        older = [
-            m
-            for m in recent[memory.tenant_id]
-            if (m.timestamp, str(m.id)) < (memory.timestamp, str(memory.id))
-        ]
-        hits = ctx.vectors.search(
-            collection,
-            vector,
-            tenant_id=memory.tenant_id,
-            task_id=memory.task_id,
-            limit=LINK_NEIGHBOURS,
+        by_key, keys = _ordered(ordered, recent, memory.tenant_id)
+        older = by_key[: bisect.bisect_left(keys, (memory.timestamp, str(memory.id)))]
+        hits = (
+            ctx.vectors.search(
+                collection,
+                vector,
+                tenant_id=memory.tenant_id,
+                task_id=memory.task_id,
+                limit=LINK_NEIGHBOURS,
+            )
+            if collection is not None
+            else []
         )
         with ctx.pool.connection() as conn:
             hit_rows = fetch_rows(conn, [h.id for h in hits if h.id != memory.id])
@@ -853,15 +878,34 @@ def affected_by(
     )
 
 
-def after_write_batch(
-    ctx: WorkerContext, *, stored: Sequence[uuid.UUID], tenants: Sequence[str]
-) -> None:
+def after_write_batch(ctx: WorkerContext, *, tenants: Sequence[str], caught_up: bool) -> None:
     """The write drain's hook, after COMMIT: tenants written to are active now (the decay
-    sweep waits for them to go idle) and new memories get their links. Best effort: the
+    sweep waits for them to go idle), and once the write backlog is drained the unlinked
+    memories get their links. Linking costs milliseconds a memory on the owner's single
+    slot; deferring it while writes wait keeps ingest at the drain's speed. Best effort: the
     relay links what a lost message left unlinked."""
     try:
         mark_activity(ctx.redis, sorted(set(tenants)))
     except redis.RedisError:
         log.warning("tenant activity not marked: Redis unavailable")
-    if stored:
-        _publish(LINK_TASK, CeleryQueue.EMBED, memory_ids=[str(i) for i in stored])
+    if caught_up and tenants:
+        _publish(LINK_TASK, CeleryQueue.EMBED, memory_ids=None)
+
+
+# Memories linked per message: ~4 ms each in process, so a batch holds the store owner's
+# single slot for about 0.1 s and a waiting write or context() is served soon after.
+LINK_BATCH = 32
+
+
+def link_unlinked(ctx: WorkerContext) -> dict[str, Any]:
+    """Link the oldest stored memories not linked yet, one small batch; ``more`` says go on.
+
+    Linking yields to writes: while write jobs are due it does nothing, and the drain that
+    empties the backlog publishes it again (the relay is the safety net)."""
+    with ctx.pool.connection() as conn:
+        if count_due_jobs(conn, kind=WRITE_JOB, grace_s=0.0):
+            return {"linked": 0, "links": 0, "deferred": True, "more": False}
+        ids = unlinked_ids(conn, older_than_s=0.0, limit=LINK_BATCH)
+    stats = link_memories(ctx, ids)
+    stats["more"] = len(ids) == LINK_BATCH
+    return stats

@@ -1,8 +1,9 @@
 """The read path: ``pipelines.assemble.build_context`` with its ports bound to the stores.
 
 - dense recall: the vector index (``VectorIndex.search``, tenant and task in the filter);
-- sparse recall: PostgreSQL full-text search computed in the query (``to_tsvector`` against an
-  OR of the query's keywords, ranked by ``ts_rank``), tenant and task in the WHERE clause;
+- sparse recall: PostgreSQL full-text search over the stored ``search_tsv`` (migration 0004)
+  against an OR of the query's keywords, ranked by ``ts_rank``, tenant and task in the WHERE
+  clause, which one GIN index on (tenant_id, task_id, search_tsv) answers;
 - temporal recall: PostgreSQL, the task's memories of the last 7 days, the most relevant of
   them first (``ts_rank``, then the newest);
 - the store: memories and their compressed versions (the write-time summary, then the
@@ -16,9 +17,10 @@ Why full-text search in PostgreSQL rather than an in-process BM25 index: it has 
 keep coherent with the store (a BM25 index per tenant and task would have to be rebuilt in the
 owner after every restart and fed by every write, compression and eviction), it works the
 same with one owner process or many server-mode workers, and the scope sits in the same WHERE
-clause as everything else. Its cost is a ``to_tsvector`` per scanned row of the task (the
-``(tenant_id, task_id, ts)`` index narrows the scan to the task); the pipeline's BM25 is still
-used for the pseudo-relevance feedback over the 50 rows the search returns.
+clause as everything else. With the stored tsvector and its scoped GIN index a search
+costs in the task's matching rows (2.3 ms at 100k memories, where computing ``to_tsvector``
+for every row of the task took 62 ms); the pipeline's BM25 is still used for the
+pseudo-relevance feedback over the 50 rows the search returns.
 
 Access bumps leave the read path: the caller publishes ``memory.maintenance.touch_memories``
 with the ids the context delivered; nothing here writes to PostgreSQL.
@@ -30,11 +32,12 @@ import json
 import logging
 import math
 import threading
-from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Executor
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from functools import lru_cache
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 from psycopg.rows import dict_row
@@ -51,12 +54,15 @@ from pipelines.assemble import (
     check_context_request,
 )
 from pipelines.budget import Partition, PartitionLayout, layout_from_budgets
-from pipelines.ports import LLM, Embedder, VectorIndex
+from pipelines.embedding_context import fusion_weights, query_context_text
+from pipelines.focus import FocusDirective, TaskPhase, decide_focus
+from pipelines.ports import LLM, ContextFusion, Embedder, MalformedLLMOutput, VectorIndex
 from pipelines.records import InvalidInput, Level, MemoryType, check_id, check_text
 from pipelines.retrieve import MemoryVersion, MemoryView, RecallHit, RecallPorts, RecallScope
 from pipelines.rewrite import extract_keywords
 from pipelines.sparse import BM25Index
 from pipelines.tokens import TokenCounter
+from workers.index_service import EPISODIC, dense_search_target
 from workers.working_memory import WorkingMemoryPool
 
 log = logging.getLogger(__name__)
@@ -68,61 +74,79 @@ MAX_SOURCE_ITEMS = 500
 # PostgreSQL's text search configuration: English stemming, like the pipeline's analyzer.
 TS_CONFIG = "english"
 
-SCOPE_SQL = "m.tenant_id = %(tenant)s AND (%(task)s::text IS NULL OR m.task_id = %(task)s)"
+# The scope in SQL. Two texts rather than ``(%(task)s IS NULL OR m.task_id = %(task)s)``: a
+# prepared statement's generic plan cannot use an index for an OR on a parameter, and psycopg
+# prepares a statement after its fifth execution.
+TASK_SCOPE_SQL = "m.tenant_id = %(tenant)s AND m.task_id = %(task)s"
+TENANT_SCOPE_SQL = "m.tenant_id = %(tenant)s"
 
-# Each row's tsvector is computed once (a LATERAL that OFFSET 0 keeps from being inlined)
-# for both the match and the rank. Without
-# an expression index (it would need a migration) the scan covers the task's stored rows,
-# which the (tenant_id, task_id, ts) index narrows to.
+# ``search_tsv`` is to_tsvector(TS_CONFIG, content), kept for stored rows (migration 0004);
+# memories_search_idx (GIN over tenant_id, task_id, search_tsv) yields the task's matching
+# rows in one index scan, and only those are ranked.
 SPARSE_SQL = f"""
-    SELECT m.id, m.content, ts_rank(v.doc, q.query) AS s
-    FROM to_tsquery('{TS_CONFIG}', %(q)s) AS q(query),
-         memories m,
-         LATERAL (SELECT to_tsvector('{TS_CONFIG}', m.content) AS doc OFFSET 0) AS v
-    WHERE {SCOPE_SQL} AND m.status = 'stored' AND v.doc @@ q.query
+    SELECT m.id::text, m.content, ts_rank(m.search_tsv, q.query) AS s
+    FROM to_tsquery('{TS_CONFIG}', %(q)s) AS q(query), memories m
+    WHERE {{scope}} AND m.status = 'stored' AND m.search_tsv @@ q.query
     ORDER BY s DESC, m.id
     LIMIT %(limit)s
 """
 
+# The last days of the task through memories_scope_ts_idx (tenant_id, task_id, ts DESC).
 TEMPORAL_RANKED_SQL = f"""
-    SELECT m.id, ts_rank(to_tsvector('{TS_CONFIG}', m.content), q.query) AS s
+    SELECT m.id::text, ts_rank(m.search_tsv, q.query) AS s
     FROM to_tsquery('{TS_CONFIG}', %(q)s) AS q(query), memories m
-    WHERE {SCOPE_SQL} AND m.status = 'stored' AND m.ts >= %(since)s
+    WHERE {{scope}} AND m.status = 'stored' AND m.ts >= %(since)s
     ORDER BY s DESC, m.ts DESC, m.id
     LIMIT %(limit)s
 """
 
-TEMPORAL_NEWEST_SQL = f"""
-    SELECT m.id, 0.0::real AS s
+TEMPORAL_NEWEST_SQL = """
+    SELECT m.id::text, 0.0::real AS s
     FROM memories m
-    WHERE {SCOPE_SQL} AND m.status = 'stored' AND m.ts >= %(since)s
+    WHERE {scope} AND m.status = 'stored' AND m.ts >= %(since)s
     ORDER BY m.ts DESC, m.id
     LIMIT %(limit)s
 """
 
-FETCH_SQL = f"""
-    SELECT m.id, m.content, m.ts, m.type, m.importance, m.decay_factor, m.level, m.task_id,
-           m.session_id, m.summary
-    FROM memories m
-    WHERE m.id = ANY(%(ids)s::uuid[]) AND {SCOPE_SQL} AND m.status = 'stored'
+# The rows by primary key first (OFFSET 0 keeps the subquery from being flattened), then the
+# scope: left to itself the planner ANDs the pkey bitmap with a scan of the whole task's
+# entries in memories_search_idx (1.8 ms for 100 ids at 100k rows, against 0.4 ms).
+FETCH_SQL = """
+    SELECT m.id::text AS id, m.content, m.ts, m.type, m.importance, m.decay_factor, m.level,
+           m.task_id, m.session_id, m.summary
+    FROM (
+        SELECT id, tenant_id, task_id, status, content, ts, type, importance, decay_factor,
+               level, session_id, summary
+        FROM memories WHERE id = ANY(%(ids)s::uuid[]) OFFSET 0
+    ) AS m
+    WHERE {scope} AND m.status = 'stored'
 """
 
 # Summary rows (migration 0003) point at what they cover with parent_ids; an L2 summary
-# covers L1 summaries, so the chain is followed upwards from each memory.
+# covers L1 summaries, so the chain is followed upwards from each memory. Both steps probe
+# memories_parent_ids_idx (GIN over parent_ids of stored summary rows, migration 0004): the
+# first with the whole id list at once, then once per summary found.
 VERSIONS_SQL = """
     WITH RECURSIVE chain AS (
         SELECT s.id, s.level, s.content, origin
-        FROM unnest(%(ids)s::uuid[]) AS origin
-        JOIN memories s ON s.parent_ids @> ARRAY[origin]
-        WHERE s.tenant_id = %(tenant)s AND s.level >= 1 AND s.status = 'stored'
+        FROM memories s, unnest(s.parent_ids) AS origin
+        WHERE s.parent_ids && %(ids)s::uuid[] AND origin = ANY(%(ids)s::uuid[])
+          AND s.tenant_id = %(tenant)s AND s.level >= 1 AND s.status = 'stored'
         UNION
         SELECT s.id, s.level, s.content, c.origin
         FROM chain c
         JOIN memories s ON s.parent_ids @> ARRAY[c.id]
-        WHERE s.tenant_id = %(tenant)s AND s.level > c.level AND s.status = 'stored'
+        WHERE s.tenant_id = %(tenant)s AND s.level > c.level AND s.level >= 1
+          AND s.status = 'stored'
     )
-    SELECT origin, level, content FROM chain ORDER BY origin, level
+    SELECT origin::text AS origin, level, content FROM chain ORDER BY origin, level
 """
+
+
+def scoped(sql: str, scope: RecallScope) -> str:
+    """``sql`` with its ``{scope}`` filled for a task scope or a tenant-wide one."""
+    return sql.replace("{scope}", TASK_SCOPE_SQL if scope.task_id is not None else TENANT_SCOPE_SQL)
+
 
 HAS_PARENT_IDS_SQL = """
     SELECT 1 FROM information_schema.columns
@@ -131,11 +155,13 @@ HAS_PARENT_IDS_SQL = """
 """
 
 
+@lru_cache(maxsize=4_096)
 def tsquery_of(text: str) -> str:
     """An OR of the query's keywords for ``to_tsquery``, each quoted ('' when none).
 
     ``plainto_tsquery`` would AND them, and a question rarely shares every word with its
-    answer; PostgreSQL stems each quoted keyword itself.
+    answer; PostgreSQL stems each quoted keyword itself. Memoised: every recaller of a
+    request asks for the same few texts.
     """
     terms = []
     for word in extract_keywords(text)[:64]:
@@ -162,6 +188,34 @@ def _scope_params(scope: RecallScope) -> dict[str, Any]:
     return {"tenant": scope.tenant_id, "task": scope.task_id}
 
 
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+class _Memo(Generic[K, V]):
+    """Answers by key, each computed once per request: a second caller (the keyword
+    feedback and the literal variant's recall, or two variants with the same keywords, on
+    two recall threads at once) waits for the first one's answer, or its exception, instead
+    of asking the store again."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._futures: dict[K, Future[V]] = {}
+
+    def get(self, key: K, compute: Callable[[], V]) -> V:
+        with self._lock:
+            future = self._futures.get(key)
+            owner = future is None
+            if future is None:
+                future = self._futures[key] = Future()
+        if owner:
+            try:
+                future.set_result(compute())
+            except Exception as exc:
+                future.set_exception(exc)
+        return future.result()
+
+
 class PostgresRecall:
     """Sparse and temporal recall and the memory store, over one request's scope.
 
@@ -172,7 +226,7 @@ class PostgresRecall:
     def __init__(self, pool: ConnectionPool, *, versions_from_rows: bool) -> None:
         self._pool = pool
         self._versions_from_rows = versions_from_rows
-        self._sparse_cache: dict[tuple[str, int], list[tuple[str, str, float]]] = {}
+        self._memo: _Memo[tuple[Any, ...], Any] = _Memo()
         self._lock = threading.Lock()
         self.views: dict[str, MemoryView] = {}
 
@@ -182,18 +236,17 @@ class PostgresRecall:
         query = tsquery_of(text)
         if not query:
             return []
-        with self._lock:
-            cached = self._sparse_cache.get((query, limit))
-        if cached is not None:
-            return cached
-        with self._pool.connection() as conn:
-            rows = conn.execute(
-                SPARSE_SQL, {**_scope_params(scope), "q": query, "limit": limit}
-            ).fetchall()
-        result = [(str(row[0]), str(row[1]), float(row[2])) for row in rows]
-        with self._lock:
-            self._sparse_cache[(query, limit)] = result
-        return result
+
+        def run() -> list[tuple[str, str, float]]:
+            params = {**_scope_params(scope), "q": query, "limit": limit}
+            with self._pool.connection() as conn:
+                rows = conn.execute(scoped(SPARSE_SQL, scope), params).fetchall()
+            return [(row[0], row[1], float(row[2])) for row in rows]
+
+        rows: list[tuple[str, str, float]] = self._memo.get(
+            ("sparse", scope.tenant_id, scope.task_id, query, limit), run
+        )
+        return rows
 
     def search_sparse(self, text: str, scope: RecallScope, limit: int) -> list[RecallHit]:
         return [
@@ -214,24 +267,38 @@ class PostgresRecall:
         self, text: str, scope: RecallScope, since: datetime, limit: int
     ) -> list[RecallHit]:
         query = tsquery_of(text)
-        params = {**_scope_params(scope), "q": query, "since": since, "limit": limit}
-        with self._pool.connection() as conn:
-            rows = conn.execute(
-                TEMPORAL_RANKED_SQL if query else TEMPORAL_NEWEST_SQL, params
-            ).fetchall()
-        return [RecallHit(id=str(row[0]), score=float(row[1])) for row in rows]
+
+        def run() -> list[RecallHit]:
+            params = {**_scope_params(scope), "q": query, "since": since, "limit": limit}
+            sql = scoped(TEMPORAL_RANKED_SQL if query else TEMPORAL_NEWEST_SQL, scope)
+            with self._pool.connection() as conn:
+                rows = conn.execute(sql, params).fetchall()
+            return [RecallHit(id=row[0], score=float(row[1])) for row in rows]
+
+        hits: list[RecallHit] = self._memo.get(
+            ("recent", scope.tenant_id, scope.task_id, query, since, limit), run
+        )
+        return list(hits)
 
     def fetch(self, ids: Sequence[str], scope: RecallScope) -> list[MemoryView]:
         if not ids:
             return []
         params = {**_scope_params(scope), "ids": list(ids)}
         versions: dict[str, list[MemoryVersion]] = {}
-        with self._pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
-            cur.execute(FETCH_SQL, params)
+        with (
+            self._pool.connection() as conn,
+            conn.cursor(row_factory=dict_row) as cur,
+            conn.cursor(row_factory=dict_row) as vcur,
+        ):
+            # One round trip for both statements (pipeline mode); the versions of ids the
+            # first one drops are never looked up (views are built from its rows).
+            with conn.pipeline():
+                cur.execute(scoped(FETCH_SQL, scope), params)
+                if self._versions_from_rows:
+                    vcur.execute(VERSIONS_SQL, {"tenant": scope.tenant_id, "ids": list(ids)})
             rows = cur.fetchall()
-            if self._versions_from_rows and rows:
-                cur.execute(VERSIONS_SQL, {"tenant": scope.tenant_id, "ids": list(ids)})
-                for row in cur.fetchall():
+            if self._versions_from_rows:
+                for row in vcur.fetchall():
                     versions.setdefault(str(row["origin"]), []).append(
                         MemoryVersion(level=Level(int(row["level"])), content=row["content"])
                     )
@@ -262,21 +329,29 @@ class PostgresRecall:
 
 
 class VectorRecall:
-    """Dense recall through the vector port; the query's vectors are embedded once each."""
+    """Dense recall through the vector port; the query's vectors are embedded once each.
+
+    With ``fusion`` (the step's phase and focus as a context string, and the phase's
+    weights; ``pipelines.embedding_context``) every search fuses the content vector with the
+    context vector; the context string is embedded once, on the first search.
+    """
 
     def __init__(
         self,
         vectors: VectorIndex,
         embedder: Embedder,
-        collection: str,
+        collection: str | None,
         store: PostgresRecall,
         vector_lock: threading.Lock,
+        fusion: tuple[str, tuple[float, float]] | None = None,
     ) -> None:
         self._vectors = vectors
         self._embedder = embedder
         self._collection = collection
         self._store = store
         self._vector_lock = vector_lock
+        self._fusion = fusion
+        self._memo: _Memo[tuple[Any, ...], list[RecallHit]] = _Memo()
         self._cache: dict[str, list[float]] = {}
         self._cache_lock = threading.Lock()
 
@@ -289,19 +364,41 @@ class VectorRecall:
                 self._cache[text] = cached
         return cached
 
+    def _context_fusion(self) -> ContextFusion | None:
+        if self._fusion is None:
+            return None
+        context, (content_weight, context_weight) = self._fusion
+        return ContextFusion(
+            context=self._embed(context),
+            content_weight=content_weight,
+            context_weight=context_weight,
+        )
+
     def search_dense(self, text: str, scope: RecallScope, limit: int) -> list[RecallHit]:
-        vector = self._embed(text)
-        # The embedded engine is one shard per collection: searches take turns on it while
-        # the PostgreSQL recallers run in parallel.
-        with self._vector_lock:
-            hits = self._vectors.search(
-                self._collection,
-                vector,
-                tenant_id=scope.tenant_id,
-                task_id=scope.task_id,
-                limit=limit,
-            )
-        return [RecallHit(id=str(hit.id), score=float(hit.score)) for hit in hits]
+        collection = self._collection
+        if collection is None:
+            # A re-embed run is building the current model's vectors: a score against the
+            # old ones would mix versions, so dense recall sits out until the alias switch.
+            return []
+
+        def run() -> list[RecallHit]:
+            vector = self._embed(text)
+            fusion = self._context_fusion()
+            # The embedded engine is one shard per collection: searches take turns on it
+            # while the PostgreSQL recallers run in parallel.
+            with self._vector_lock:
+                hits = self._vectors.search(
+                    collection,
+                    vector,
+                    tenant_id=scope.tenant_id,
+                    task_id=scope.task_id,
+                    limit=limit,
+                    fusion=fusion,
+                )
+            return [RecallHit(id=str(hit.id), score=float(hit.score)) for hit in hits]
+
+        hits: list[RecallHit] = self._memo.get((scope.tenant_id, scope.task_id, text, limit), run)
+        return list(hits)
 
     def similarity(self, text: str, ids: Sequence[str], scope: RecallScope) -> dict[str, float]:
         views = [self._store.views[key] for key in ids if key in self._store.views]
@@ -463,6 +560,41 @@ def check_context_call(
     )
 
 
+class _FocusOnce:
+    """The LLM's focus calls, made once per request: ``assemble_for`` decides the focus first
+    (for the dense search's context), then ``replay`` hands ``build_context``'s own decision
+    the same answers (malformed ones included) in the same order."""
+
+    def __init__(self, llm: LLM) -> None:
+        self._llm = llm
+        self._outcomes: list[FocusDirective | MalformedLLMOutput] = []
+        self._next: int | None = None
+
+    @property
+    def name(self) -> str:
+        return self._llm.name
+
+    def replay(self) -> None:
+        self._next = 0
+
+    def focus_directive(
+        self, query: str, phase: TaskPhase | None, hint: str | None
+    ) -> FocusDirective:
+        if self._next is not None and self._next < len(self._outcomes):
+            outcome = self._outcomes[self._next]
+            self._next += 1
+        else:
+            try:
+                outcome = self._llm.focus_directive(query, phase, hint)
+            except MalformedLLMOutput as exc:
+                outcome = exc
+            if self._next is None:
+                self._outcomes.append(outcome)
+        if isinstance(outcome, MalformedLLMOutput):
+            raise outcome
+        return outcome
+
+
 def assemble_for(
     stores: ReadStores,
     call: ContextCall,
@@ -491,23 +623,33 @@ def assemble_for(
     )
     scope = RecallScope(tenant_id=call.tenant_id, task_id=request.task_id, now=now)
     store = PostgresRecall(stores.pool, versions_from_rows=stores.versions_from_rows())
-    ports = RecallPorts(
-        dense=VectorRecall(
-            stores.vectors, stores.embedder, stores.collection, store, stores.vector_lock
-        ),
-        sparse=store,
-        temporal=store,
-        store=store,
-    )
     # Offline, the pipeline's rules see more than the port's would (local scores, feedback).
     remote = stores.llm if stores.settings.llm_is_remote else None
+    # The dense search fuses in the step's context (phase and focus), so the focus is decided
+    # here first; the remote answer is kept for build_context's own call (one LLM call).
+    focus_llm = _FocusOnce(remote) if remote is not None else None
+    focus = decide_focus(request.query, phase=request.phase, focus=request.focus, llm=focus_llm)
+    if focus_llm is not None:
+        focus_llm.replay()
+    dense = VectorRecall(
+        stores.vectors,
+        stores.embedder,
+        stores.collection if dense_search_target(stores, EPISODIC) is not None else None,
+        store,
+        stores.vector_lock,
+        fusion=(
+            query_context_text(request.phase, [item.kind.value for item in focus.kinds]),
+            fusion_weights(request.phase),
+        ),
+    )
+    ports = RecallPorts(dense=dense, sparse=store, temporal=store, store=store)
     return build_context(
         request,
         sources,
         scope=scope,
         ports=ports,
         counter=stores.counter,
-        focus_llm=remote,
+        focus_llm=focus_llm,
         rewrite_llm=remote,
         rerank_llm=remote,
         layout=stores.layout,

@@ -11,15 +11,19 @@ from typing import Any
 from psycopg.rows import dict_row
 
 from workers.context import WorkerContext
+from workers.index_service import EPISODIC, dense_search_target
 
 
 def recall(
     ctx: WorkerContext, *, tenant_id: str, query: str, task_id: str | None, limit: int
 ) -> list[dict[str, Any]]:
+    collection = dense_search_target(ctx, EPISODIC)
+    if collection is None:
+        # A re-embed run is building the current model's vectors: a dense score against the
+        # old ones would mix versions. context() still answers from full-text and recency.
+        return []
     vector = ctx.embedder.embed([query])[0]
-    hits = ctx.vectors.search(
-        ctx.episodic_collection, vector, tenant_id=tenant_id, task_id=task_id, limit=limit
-    )
+    hits = ctx.vectors.search(collection, vector, tenant_id=tenant_id, task_id=task_id, limit=limit)
     if not hits:
         return []
     with ctx.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:

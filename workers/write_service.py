@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -36,7 +36,7 @@ from workers.db.writes import (
     fetch_memories,
     finish_batch,
 )
-from workers.index_service import EPISODIC, collection_params
+from workers.index_service import EPISODIC, IndexNotReady, write_target
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +75,7 @@ class DrainReport:
     already_done: int = 0
     more: bool = False
     next_retry_s: float | None = None
+    tenants: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -111,6 +112,12 @@ def drain_writes(ctx: WorkerContext) -> DrainReport:
     if jobs:
         process_batch(ctx, jobs, report)
     report.more = len(jobs) == limit
+    if jobs:
+        # Background cognition: the tenants are active now; linking waits until the backlog
+        # is drained, so it never takes the owner's only slot from waiting writes.
+        from workers.cognition_service import after_write_batch
+
+        after_write_batch(ctx, tenants=report.tenants, caught_up=not report.more)
     return report
 
 
@@ -234,10 +241,16 @@ def process_batch(ctx: WorkerContext, jobs: list[ClaimedJob], report: DrainRepor
             kept = []
             vectors = []
         if kept:
-            collection = ctx.episodic_collection
-            ctx.vectors.ensure_collection(
-                collection, ctx.embedder.dim, collection_params(settings, EPISODIC)
-            )
+            try:
+                # The generation of this embedder's version: during a re-embed run, the one
+                # being built, never the old one (workers.index_service.write_target).
+                collection = write_target(ctx, EPISODIC)
+            except IndexNotReady as exc:
+                for job, *_ in kept:
+                    wait = backoff_s(settings.job_retry_base_s, job.attempts)
+                    retries.append(RetryResult(job.job_id, f"vector index: {exc}", wait))
+                kept = []
+        if kept:
             contexts = vectors[len(kept) :]
             # Point id = memory id: a replayed upsert overwrites the same point.
             ctx.vectors.upsert(
@@ -247,7 +260,11 @@ def process_batch(ctx: WorkerContext, jobs: list[ClaimedJob], report: DrainRepor
                         id=job.memory_id,
                         vector=vector,
                         context=context,
-                        payload=_payload(row, outcome),
+                        # Every point says which embedder made it (README "Re-embedding").
+                        payload={
+                            **_payload(row, outcome),
+                            "embedding_version": ctx.embedder.version,
+                        },
                     )
                     for (job, row, outcome, _), vector, context in zip(
                         kept, vectors[: len(kept)], contexts, strict=True
@@ -282,11 +299,7 @@ def process_batch(ctx: WorkerContext, jobs: list[ClaimedJob], report: DrainRepor
             report.next_retry_s = soonest
     for result in dead:
         log.warning("memory %s dead-lettered: %s", result.memory_id, result.reason)
-    # Background cognition: link the new memories, mark their tenants active.
-    from workers.cognition_service import after_write_batch
-
-    tenants = [*(r.tenant_id for r in stored), *(r.tenant_id for r in discarded)]
-    after_write_batch(ctx, stored=[r.memory_id for r in stored], tenants=tenants)
+    report.tenants.extend({*(r.tenant_id for r in stored), *(r.tenant_id for r in discarded)})
 
 
 def _payload(row: dict[str, Any], outcome: WriteOutcome) -> dict[str, Any]:

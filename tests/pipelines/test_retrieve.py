@@ -23,6 +23,7 @@ from pipelines.retrieve import (
     RetrievalConfig,
     adaptive_depth,
     dedupe,
+    fetch_candidates,
     fuse,
     keyword_coverage,
     llm_rerank,
@@ -184,6 +185,30 @@ def test_dedupe_drops_vanished_ids_and_repeated_contents() -> None:
         ("c", 1.0, None, ()),
     ]
     assert [c.memory.id for c in dedupe(fused, views)] == ["a", "c"]
+    assert [c.memory.id for c in dedupe(fused, views, limit=1)] == ["a"]
+
+
+def test_candidates_are_read_a_chunk_at_a_time_with_the_same_result() -> None:
+    # given 30 fused ids where a few vanished from the store and a few repeat a content
+    memories = [view(f"m{n:02d}", f"note number {n // 2 if n % 5 == 0 else n}") for n in range(30)]
+    store = FakeStore([m for m in memories if m.id not in {"m01", "m02", "m03", "m04", "m06"}])
+    fused = [(m.id, 1.0 - n / 100, None, ()) for n, m in enumerate(memories)]
+    scope = RecallScope(tenant_id="t", now=NOW)
+    everything = dedupe(fused, {v.id: v for v in store.fetch([k for k, *_ in fused], scope)})
+
+    # when the first 4 candidates are wanted, then all of them
+    head = fetch_candidates(fused, scope, store, 4)
+    store.scopes.clear()
+    every = fetch_candidates(fused, scope, store, 100)
+
+    # then they are the fused order's first ones, read in chunks of twice the limit
+    assert [c.memory.id for c in head] == [c.memory.id for c in everything[:4]]
+    assert every == everything
+    assert len(store.scopes) == 1  # 30 ids fit one chunk of 200
+    store.scopes.clear()
+    assert fetch_candidates(fused, scope, store, 4) == head
+    assert len(store.scopes) == 2  # the first 8 ids hold 3 live memories: one more chunk
+    assert fetch_candidates([], scope, store, 4) == []
 
 
 # -- local rerank -------------------------------------------------------------------------

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines.tokens import TRUNCATION_MARK, CachedCounter, count_lines, truncate_to_tokens
+from pipelines.tokens import (
+    TRUNCATION_MARK,
+    CachedCounter,
+    count_lines,
+    count_many,
+    truncate_to_tokens,
+)
 from workers.adapters.tokenizer import (
     DEEPSEEK_V4,
     DeepSeekPurePythonCounter,
@@ -89,6 +95,35 @@ def test_cache_answers_repeats_without_the_inner_counter() -> None:
     assert inner.calls == 4
     with pytest.raises(ValueError):
         CachedCounter(inner, max_entries=0)
+
+
+class BatchWordCounter(WordCounter):
+    """A counter with a batch call, like a tokenizer that encodes a batch on threads."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.batches: list[list[str]] = []
+
+    def count_many(self, texts: list[str]) -> list[int]:
+        self.batches.append(list(texts))
+        return [len(text.split()) for text in texts]
+
+
+def test_count_many_counts_like_count_and_batches_only_the_misses() -> None:
+    texts = ["a b", "c", "a b", "d e f"]
+    # a counter without a batch call is asked text by text
+    plain = WordCounter()
+    assert count_many(plain, texts) == [2, 1, 2, 3]
+    assert plain.calls == 4
+    # through the cache: one batch of the distinct misses, then nothing
+    inner = BatchWordCounter()
+    cached = CachedCounter(inner, max_entries=10)
+    cached.count("c")
+    assert count_many(cached, texts) == [cached.count(t) for t in texts] == [2, 1, 2, 3]
+    assert inner.batches == [["a b", "d e f"]]
+    assert inner.calls == 1  # the single count("c")
+    assert count_many(cached, texts) == [2, 1, 2, 3]
+    assert len(inner.batches) == 1
 
 
 def test_count_lines_counts_each_line_with_its_newline(deepseek: CachedCounter) -> None:

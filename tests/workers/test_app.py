@@ -38,10 +38,12 @@ PINNED_TASK_NAMES = {
     "memory.embed.rebuild_index": "embed",
     "memory.embed.compact_index": "embed",
     "memory.embed.reconcile_index": "embed",
+    "memory.embed.reembed_step": "embed",
     "memory.maintenance.check_index": "maintenance",
     "memory.maintenance.rebuild_index": "maintenance",
     "memory.maintenance.compact_index": "maintenance",
     "memory.maintenance.reconcile_index": "maintenance",
+    "memory.maintenance.reembed_step": "maintenance",
 }
 
 

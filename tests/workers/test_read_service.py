@@ -202,3 +202,73 @@ def test_the_partition_budgets_come_from_settings(settings) -> None:  # type: ig
     assert wire["query"] == "why PostgreSQL?"
     assert wire["focus"] == ["decisions", "facts"]
     assert wire["variables"] == {"attempt": "2", "branch": "main"}
+
+
+class RecordingIndex:
+    """A vector port that records each search and answers with no hits."""
+
+    def __init__(self) -> None:
+        self.searches: list[dict[str, Any]] = []
+
+    def search(self, collection: str, vector: Any, **kwargs: Any) -> list[Any]:
+        self.searches.append({"collection": collection, **kwargs})
+        return []
+
+
+def test_dense_recall_fuses_the_steps_context_with_the_phases_weights(pool) -> None:  # type: ignore[no-untyped-def]
+    import threading
+
+    from pipelines.embedding_context import fusion_weights, query_context_text
+    from pipelines.focus import TaskPhase
+    from workers.adapters.embed_hashing import HashingEmbedder
+    from workers.read_service import VectorRecall
+
+    embedder = HashingEmbedder()
+    index = RecordingIndex()
+    context = query_context_text(TaskPhase.DEBUGGING, ["errors", "recent_activity"])
+    recall = VectorRecall(
+        index,  # type: ignore[arg-type]
+        embedder,
+        "memharness_episodic",
+        PostgresRecall(pool, versions_from_rows=False),
+        threading.Lock(),
+        fusion=(context, fusion_weights(TaskPhase.DEBUGGING)),
+    )
+
+    recall.search_dense("why did the ledger test fail?", SCOPE, 50)
+    recall.search_dense("ledger test fail", SCOPE, 50)
+    recall.search_dense("ledger test fail", SCOPE, 50)  # answered by the first identical search
+
+    assert len(index.searches) == 2
+    for search in index.searches:
+        fusion = search["fusion"]
+        assert fusion.context == embedder.embed([context])[0]
+        assert (fusion.content_weight, fusion.context_weight) == (0.6, 0.4)
+        assert (search["tenant_id"], search["task_id"], search["limit"]) == ("acme", "billing", 50)
+
+
+def test_a_remote_focus_is_asked_once_per_request_even_when_malformed_first() -> None:
+    from pipelines.focus import TaskPhase, decide_focus, offline_focus
+    from pipelines.ports import MalformedLLMOutput
+    from workers.read_service import _FocusOnce
+
+    class FlakyFocus:
+        name = "stub"
+
+        def __init__(self) -> None:
+            self.calls = 0
+
+        def focus_directive(self, query: str, phase: Any, hint: Any) -> Any:
+            self.calls += 1
+            if self.calls == 1:
+                raise MalformedLLMOutput("not JSON")
+            return offline_focus("what failed?", TaskPhase.DEBUGGING)
+
+    llm = FlakyFocus()
+    once = _FocusOnce(llm)  # type: ignore[arg-type]
+    first = decide_focus("what failed?", phase=TaskPhase.DEBUGGING, llm=once)
+    once.replay()
+    second = decide_focus("what failed?", phase=TaskPhase.DEBUGGING, llm=once)
+
+    assert first == second
+    assert llm.calls == 2  # the malformed answer and its retry, for both decisions

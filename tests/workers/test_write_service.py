@@ -89,3 +89,60 @@ def test_a_job_whose_worker_keeps_dying_is_dead_lettered_with_its_reason(
     statuses = db.execute("SELECT status, count(*) FROM memories GROUP BY 1").fetchall()
     assert statuses == [("dead", 3)]
     assert ctx.vectors.count(ctx.episodic_collection) == 0
+
+
+def test_the_context_vector_and_the_search_vector_come_from_the_stored_row(
+    ctx, db, redis_client, settings: Settings
+) -> None:  # type: ignore[no-untyped-def]
+    # given a write that says in its metadata the situation it was written in
+    import uuid
+
+    from pipelines.embedding_context import context_text
+
+    metadata = {"phase": "debugging", "focus": ["errors"], "trigger": "test failure"}
+    with MemoryClient(settings) as client:
+        receipt = client.record(
+            "Error: the ledger test timed out on the row lock.", metadata=metadata, **SCOPE
+        )
+    pending = db.execute(
+        "SELECT search_tsv FROM memories WHERE id = %s", (receipt.memory_id,)
+    ).fetchone()
+    assert pending == (None,)  # record() leaves the tsvector to the drain
+
+    # when the drain stores it
+    assert drain_writes(ctx).stored == 1
+
+    # then its context vector embeds the phase, focus and trigger of its metadata
+    [point] = ctx.vectors.retrieve(ctx.episodic_collection, [uuid.UUID(str(receipt.memory_id))])
+    expected = ctx.embedder.embed([context_text(metadata, None, None)])[0]
+    assert point.context == pytest.approx(expected, abs=1e-6)
+    # and the stored row carries the tsvector the sparse recall searches
+    matched = db.execute(
+        "SELECT search_tsv @@ to_tsquery('english', 'ledger & lock') FROM memories WHERE id = %s",
+        (receipt.memory_id,),
+    ).fetchone()
+    assert matched == (True,)
+
+
+def test_linking_waits_while_writes_are_due_then_links_everything(ctx, recorded, db) -> None:  # type: ignore[no-untyped-def]
+    from workers.cognition_service import link_unlinked
+
+    # given four stored memories (three recorded by the fixture) and one write still due
+    with MemoryClient(ctx.settings) as client:
+        client.record("We decided to use Redis 7 as the broker because of streams.", **SCOPE)
+    drain_writes(ctx)
+    with MemoryClient(ctx.settings) as client:
+        client.record("Status: ATL-9 is now blocked on the Redis upgrade.", **SCOPE)
+
+    # when linking runs while a write is due, it yields and links nothing
+    assert link_unlinked(ctx)["deferred"] is True
+    assert (
+        db.execute("SELECT count(*) FROM memories WHERE linked_at IS NOT NULL").fetchone()[0] == 0
+    )
+
+    # and once the backlog is drained it links every stored memory
+    drain_writes(ctx)
+    stats = link_unlinked(ctx)
+    assert stats["linked"] == 5
+    assert stats["more"] is False
+    assert db.execute("SELECT count(*) FROM memories WHERE linked_at IS NULL").fetchone()[0] == 0

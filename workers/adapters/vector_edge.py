@@ -2,7 +2,8 @@
 
 One shard directory per physical collection under the store's root. Aliases live in one
 small JSON file beside them (``aliases.json``: alias → shard directory, plus the points
-deleted from each shard since it was built, and each shard's search parameters), rewritten
+deleted from each shard since it was built, each shard's search parameters and the embedding
+version of the vectors it holds), rewritten
 whole through a temporary file and ``os.replace``, so an alias switch is one atomic rename
 and a crash leaves either the old mapping or the new one.
 
@@ -76,6 +77,9 @@ class EdgeIndex:
         self._aliases: dict[str, str] = dict(state.get("aliases", {}))
         self._deleted: dict[str, int] = {k: int(v) for k, v in state.get("deleted", {}).items()}
         self._ef: dict[str, int] = {k: int(v) for k, v in state.get("search_ef", {}).items()}
+        self._versions: dict[str, str] = {
+            k: str(v) for k, v in state.get("embedding_version", {}).items()
+        }
 
     # -- names ------------------------------------------------------------------------------
 
@@ -126,11 +130,18 @@ class EdgeIndex:
         for table in (self._deleted, self._ef):
             if name in table:
                 table[retired] = table.pop(name)
+        if name in self._versions:
+            self._versions[retired] = self._versions.pop(name)
         self._dims.pop(name, None)
         return retired
 
     def _save(self) -> None:
-        state = {"aliases": self._aliases, "deleted": self._deleted, "search_ef": self._ef}
+        state = {
+            "aliases": self._aliases,
+            "deleted": self._deleted,
+            "search_ef": self._ef,
+            "embedding_version": self._versions,
+        }
         tmp = self._root / f".{ALIAS_FILE}.{os.getpid()}.tmp"
         with tmp.open("w") as fh:
             json.dump(state, fh, sort_keys=True)
@@ -177,7 +188,11 @@ class EdgeIndex:
             yield held
 
     def ensure_collection(
-        self, name: str, dim: int, params: CollectionParams | None = None
+        self,
+        name: str,
+        dim: int,
+        params: CollectionParams | None = None,
+        embedding_version: str | None = None,
     ) -> None:
         if self._dims.get(name) == dim:
             return
@@ -186,7 +201,9 @@ class EdgeIndex:
             if physical is None:
                 physical = f"{name}__g1"
                 if not self._exists(physical):
-                    self.create_collection(physical, dim, params or CollectionParams())
+                    self.create_collection(
+                        physical, dim, params or CollectionParams(), embedding_version
+                    )
                 if physical != name:
                     self.switch_alias(name, physical)
             else:
@@ -207,7 +224,13 @@ class EdgeIndex:
                     )
             self._dims[name] = dim
 
-    def create_collection(self, name: str, dim: int, params: CollectionParams) -> None:
+    def create_collection(
+        self,
+        name: str,
+        dim: int,
+        params: CollectionParams,
+        embedding_version: str | None = None,
+    ) -> None:
         with self._lock:
             if self._exists(name):
                 raise ValueError(f"collection {name} exists already")
@@ -233,6 +256,23 @@ class EdgeIndex:
             self._shards[name] = shard
             self._deleted[name] = 0
             self._ef[name] = params.search_ef
+            if embedding_version is not None:
+                self._versions[name] = embedding_version
+            else:
+                self._versions.pop(name, None)
+            self._save()
+
+    def embedding_version(self, collection: str) -> str | None:
+        with self._lock:
+            physical = self.resolve(collection)
+            return None if physical is None else self._versions.get(physical)
+
+    def set_embedding_version(self, collection: str, version: str) -> None:
+        with self._lock:
+            physical = self.resolve(collection)
+            if physical is None:
+                raise LookupError(f"collection {collection} does not exist")
+            self._versions[physical] = version
             self._save()
 
     def drop_collection(self, name: str) -> None:
@@ -247,6 +287,7 @@ class EdgeIndex:
             self._in_use.pop(name, None)
             self._deleted.pop(name, None)
             self._ef.pop(name, None)
+            self._versions.pop(name, None)
             self._dims = {k: v for k, v in self._dims.items() if k != name}
             self._save()
             shutil.rmtree(self._path(name), ignore_errors=True)

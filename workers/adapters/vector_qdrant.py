@@ -4,7 +4,8 @@ Aliases are Qdrant's own: a switch is one ``update_collection_aliases`` call hol
 delete and the create, which Qdrant applies atomically. The points deleted since a
 collection was built are counted in the collection's metadata (read-modify-write: with
 several workers deleting at once the count is approximate, which is all the rebuild rule
-needs). The search ``ef`` of each collection is kept there too.
+needs). The search ``ef`` of each collection is kept there too, and the embedding version
+of the vectors it holds.
 
 Local mode keeps its data in a directory and takes an exclusive lock on it: exactly one
 process may open it (the store owner, see README "Embedded mode"); it ignores HNSW,
@@ -42,6 +43,7 @@ FUSION_PREFETCH_FACTOR = 3
 OPTIMIZE_WAIT_S = 600
 DELETED_KEY = "memharness_deleted"
 SEARCH_EF_KEY = "memharness_search_ef"
+EMBEDDING_VERSION_KEY = "memharness_embedding_version"
 INDEXED_FIELDS: tuple[tuple[str, models.PayloadSchemaType], ...] = (
     ("tenant_id", models.PayloadSchemaType.KEYWORD),
     ("task_id", models.PayloadSchemaType.KEYWORD),
@@ -106,7 +108,11 @@ class QdrantIndex:
     # -- collections ------------------------------------------------------------------------
 
     def ensure_collection(
-        self, name: str, dim: int, params: CollectionParams | None = None
+        self,
+        name: str,
+        dim: int,
+        params: CollectionParams | None = None,
+        embedding_version: str | None = None,
     ) -> None:
         if self._known.get(name) == dim:
             return
@@ -114,7 +120,9 @@ class QdrantIndex:
         if physical is None:
             physical = f"{name}__g1"
             if not self._client.collection_exists(physical):
-                self.create_collection(physical, dim, params or CollectionParams())
+                self.create_collection(
+                    physical, dim, params or CollectionParams(), embedding_version
+                )
             self.switch_alias(name, physical)
         else:
             info = self._client.get_collection(physical)
@@ -133,7 +141,16 @@ class QdrantIndex:
                 )
         self._known[name] = dim
 
-    def create_collection(self, name: str, dim: int, params: CollectionParams) -> None:
+    def create_collection(
+        self,
+        name: str,
+        dim: int,
+        params: CollectionParams,
+        embedding_version: str | None = None,
+    ) -> None:
+        metadata: dict[str, Any] = {DELETED_KEY: 0, SEARCH_EF_KEY: params.search_ef}
+        if embedding_version is not None:
+            metadata[EMBEDDING_VERSION_KEY] = embedding_version
         vector = models.VectorParams(size=dim, distance=models.Distance.COSINE)
         self._client.create_collection(
             name,
@@ -148,7 +165,7 @@ class QdrantIndex:
                 if params.pq
                 else None
             ),
-            metadata={DELETED_KEY: 0, SEARCH_EF_KEY: params.search_ef},
+            metadata=metadata,
         )
         if not self.local:  # local mode ignores payload indexes (and says so)
             for field, schema in INDEXED_FIELDS:
@@ -163,6 +180,21 @@ class QdrantIndex:
 
     def _metadata(self, physical: str) -> dict[str, Any]:
         return dict(self._client.get_collection(physical).config.metadata or {})
+
+    def embedding_version(self, collection: str) -> str | None:
+        physical = self.resolve(collection)
+        if physical is None:
+            return None
+        version = self._metadata(physical).get(EMBEDDING_VERSION_KEY)
+        return None if version is None else str(version)
+
+    def set_embedding_version(self, collection: str, version: str) -> None:
+        physical = self.resolve(collection)
+        if physical is None:
+            raise LookupError(f"collection {collection} does not exist")
+        metadata = self._metadata(physical)
+        metadata[EMBEDDING_VERSION_KEY] = version
+        self._client.update_collection(physical, metadata=metadata)
 
     # -- points -----------------------------------------------------------------------------
 

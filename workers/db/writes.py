@@ -155,7 +155,7 @@ def fetch_memories(conn: Connection[Any], ids: Sequence[uuid.UUID]) -> dict[uuid
     with conn.cursor(row_factory=dict_row) as cur:
         cur.execute(
             "SELECT id, tenant_id, user_id, agent_id, task_id, session_id, ts, type, content, "
-            "level, modality, status FROM memories WHERE id = ANY(%s)",
+            "level, modality, status, metadata FROM memories WHERE id = ANY(%s)",
             (list(ids),),
         )
         return {row["id"]: row for row in cur.fetchall()}

@@ -25,6 +25,7 @@ from workers.cognition_service import (
     decay_step,
     drain_embeddings,
     link_memories,
+    link_unlinked,
     parse_clock,
     quality_step,
     relay_cognition,
@@ -107,5 +108,13 @@ def drain_embeddings_task() -> dict[str, Any]:
 
 
 @memharness_task(LINK_TASK, queue=CeleryQueue.EMBED)
-def link_memories_task(memory_ids: list[str]) -> dict[str, Any]:
-    return link_memories(get_context(), [uuid.UUID(i) for i in memory_ids])
+def link_memories_task(memory_ids: list[str] | None = None) -> dict[str, Any]:
+    """Link the given memories, or (None) the oldest unlinked ones, requeueing while a full
+    batch was linked; each message is one short batch, so writes interleave."""
+    ctx = get_context()
+    if memory_ids is not None:
+        return link_memories(ctx, [uuid.UUID(i) for i in memory_ids])
+    stats = link_unlinked(ctx)
+    if stats["more"]:
+        link_memories_task.apply_async(kwargs={"memory_ids": None})
+    return stats

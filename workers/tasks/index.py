@@ -1,4 +1,5 @@
-"""Index maintenance tasks: the rebuild rule, weekly compaction, the nightly reconciler.
+"""Index maintenance tasks: the rebuild rule, weekly compaction, the nightly reconciler,
+and the steps of a re-embed run after an embedding model change.
 
 Each job exists twice, with one body (``workers.index_service``): on the ``embed`` queue,
 consumed by the owner of an embedded store (nobody else may open it), and on the
@@ -8,16 +9,21 @@ consumed by the owner of an embedded store (nobody else may open it), and on the
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from config import Settings, get_settings
 from workers.context import get_context
 from workers.index_service import (
     KINDS,
+    OWNER_REEMBED_TASK,
+    SERVER_REEMBED_TASK,
     check_indexes,
     compact_indexes,
+    publish_reembed_step,
     rebuild_index,
     reconcile_indexes,
+    reembed_step,
 )
 from workers.queues import CeleryQueue
 from workers.tasking import memharness_task
@@ -40,6 +46,16 @@ def _kinds(kinds: list[str] | None) -> tuple[str, ...]:
     if unknown:
         raise ValueError(f"unknown collection kinds: {sorted(unknown)}")
     return chosen
+
+
+def _reembed(kind: str, run_id: str, cursor: str) -> dict[str, Any]:
+    """One step of a re-embed run; a step that moved the run on publishes the next one."""
+    ctx = get_context()
+    chosen = _kinds([kind])[0]
+    outcome = reembed_step(ctx, chosen, uuid.UUID(run_id), cursor)
+    if outcome["requeue"]:
+        publish_reembed_step(ctx, chosen, uuid.UUID(run_id), str(outcome["cursor"]))
+    return outcome
 
 
 # -- embedded mode: the store's owner ------------------------------------------------------------
@@ -89,6 +105,17 @@ def owner_reconcile_index_task(kinds: list[str] | None = None) -> dict[str, Any]
     return reconcile_indexes(get_context(), _kinds(kinds))
 
 
+@memharness_task(
+    OWNER_REEMBED_TASK,
+    queue=CeleryQueue.EMBED,
+    ignore_result=False,
+    time_limit=LONG_LIMIT_S,
+    soft_time_limit=LONG_SOFT_LIMIT_S,
+)
+def owner_reembed_step_task(kind: str, run_id: str, cursor: str) -> dict[str, Any]:
+    return _reembed(kind, run_id, cursor)
+
+
 # -- server mode: any maintenance worker ---------------------------------------------------------
 
 
@@ -134,3 +161,14 @@ def compact_index_task(kinds: list[str] | None = None) -> dict[str, Any]:
 )
 def reconcile_index_task(kinds: list[str] | None = None) -> dict[str, Any]:
     return reconcile_indexes(get_context(), _kinds(kinds))
+
+
+@memharness_task(
+    SERVER_REEMBED_TASK,
+    queue=CeleryQueue.MAINTENANCE,
+    ignore_result=False,
+    time_limit=LONG_LIMIT_S,
+    soft_time_limit=LONG_SOFT_LIMIT_S,
+)
+def reembed_step_task(kind: str, run_id: str, cursor: str) -> dict[str, Any]:
+    return _reembed(kind, run_id, cursor)
