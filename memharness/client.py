@@ -35,6 +35,7 @@ from pipelines.records import (
 )
 from pipelines.write_filter import tier1_filter
 from workers.db import open_pool
+from workers.db.cognition import row_to_memory
 from workers.db.writes import (
     INSERT_DECISION,
     INSERT_MEMORY_WITH_JOB,
@@ -328,31 +329,7 @@ class MemoryClient:
                 (str(memory_id), tenant_id),
             )
             row = cur.fetchone()
-        if row is None:
-            return None
-        return EpisodicMemory(
-            id=row["id"],
-            tenant_id=row["tenant_id"],
-            user_id=row["user_id"],
-            agent_id=row["agent_id"],
-            task_id=row["task_id"],
-            session_id=row["session_id"],
-            timestamp=row["ts"],
-            type=row["type"],
-            content=row["content"],
-            summary=row["summary"],
-            embedding_version=row["embedding_version"],
-            importance=row["importance"],
-            access_count=row["access_count"],
-            last_accessed_at=row["last_accessed_at"],
-            related_memory_ids=tuple(row["related_ids"]),
-            decay_factor=row["decay_factor"],
-            level=row["level"],
-            modality=row["modality"],
-            metadata=row["metadata"],
-            status=row["status"],
-            status_reason=row["status_reason"],
-        )
+        return None if row is None else row_to_memory(row)
 
     def recall(
         self,

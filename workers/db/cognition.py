@@ -41,7 +41,7 @@ class ConcurrentChange(Exception):
 
 
 def row_to_memory(row: Mapping[str, Any]) -> EpisodicMemory:
-    """A ``stored`` row as the pipelines' record."""
+    """A ``memories`` row as the pipelines' record (a row without a status column: stored)."""
     return EpisodicMemory(
         id=row["id"],
         tenant_id=row["tenant_id"],
@@ -62,7 +62,7 @@ def row_to_memory(row: Mapping[str, Any]) -> EpisodicMemory:
         level=Level(row["level"]),
         modality=row["modality"],
         metadata=row["metadata"] or {},
-        status="stored",
+        status=row.get("status") or "stored",
         status_reason=row["status_reason"],
     )
 
