@@ -286,10 +286,12 @@ class VectorIndex(Protocol):
         using: str = CONTENT_VECTOR,
         fusion: ContextFusion | None = None,
         since_ts: float | None = None,
+        with_payload: bool = True,
     ) -> list[VectorHit]:
         """Nearest points inside the tenant's scope. With ``fusion`` the content vector
         (``vector``) and the context vector are searched together and each score is the
-        weighted sum of the two cosines (``ContextFusion``)."""
+        weighted sum of the two cosines (``ContextFusion``). ``with_payload=False`` returns
+        ids and scores only (the read path reads rows from PostgreSQL anyway)."""
         ...
 
     def optimize(self, collection: str) -> None:

@@ -654,7 +654,10 @@ def _require_current(ctx: WorkerContext, spec: IndexSpec) -> None:
         )
 
 
-_TARGETS: dict[tuple[int, str, str], tuple[float, str | None]] = {}
+_TARGETS: dict[tuple[int, str, str], tuple[float, str | None, float]] = {}
+# How long a reader reuses an inferred (unrecorded) version: the owner records it on its
+# next write or index check, within one check interval at most.
+LEGACY_REUSE_S = 30.0
 
 
 def dense_search_target(ctx: IndexStores, kind: str, *, max_age_s: float = 0.0) -> str | None:
@@ -669,11 +672,18 @@ def dense_search_target(ctx: IndexStores, kind: str, *, max_age_s: float = 0.0) 
     key = (id(ctx.vectors), spec.alias, ctx.embedder.version)
     now = time.monotonic()
     cached = _TARGETS.get(key)
-    if max_age_s > 0 and cached is not None and now - cached[0] < max_age_s:
+    if cached is not None and now - cached[0] < max(max_age_s, cached[2]):
         return cached[1]
-    physical, version = generation_version(ctx, spec, record=False)
+    physical = ctx.vectors.resolve(spec.alias)
+    recorded = ctx.vectors.embedding_version(physical) if physical is not None else None
+    if physical is None or recorded is not None:
+        version, reuse_s = recorded, 0.0
+    else:
+        # An unrecorded generation (from before versions were kept) is inferred with a
+        # PostgreSQL query; readers reuse the answer until the owner records the version.
+        version, reuse_s = _legacy_version(ctx, spec, check_size=False), LEGACY_REUSE_S
     target = spec.alias if physical is None or version == ctx.embedder.version else None
-    _TARGETS[key] = (now, target)
+    _TARGETS[key] = (now, target, reuse_s)
     return target
 
 

@@ -394,6 +394,7 @@ class VectorRecall:
                     task_id=scope.task_id,
                     limit=limit,
                     fusion=fusion,
+                    with_payload=False,
                 )
             return [RecallHit(id=str(hit.id), score=float(hit.score)) for hit in hits]
 

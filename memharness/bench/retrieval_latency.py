@@ -247,7 +247,10 @@ def measure(settings: Settings, n: int, *, queries: int, warmup: int, tmp: Path)
     r = redis.Redis.from_url(settings.redis_url)
     executor = ThreadPoolExecutor(RECALL_THREADS, thread_name_prefix="recall")
     try:
-        index.ensure_collection(alias, embedder.dim, collection_params(settings, EPISODIC))
+        # As the owner's write path does: the generation records its embedder version.
+        index.ensure_collection(
+            alias, embedder.dim, collection_params(settings, EPISODIC), embedder.version
+        )
         started = time.perf_counter()
         index_memories(index, alias, embedder, rows)
         result["upsert_s"] = round(time.perf_counter() - started, 2)

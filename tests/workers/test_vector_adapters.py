@@ -101,6 +101,22 @@ def test_search_stays_inside_the_tenant_and_task(index: VectorIndex) -> None:
     assert sorted(h.payload["ts"] for h in recent) == [15.0, 16.0, 17.0, 18.0, 19.0]
 
 
+def test_a_search_without_payload_ranks_the_same(index: VectorIndex) -> None:
+    # given two tenants' points
+    index.ensure_collection(ALIAS, DIM)
+    a, b = _points(20, "a", 1), _points(20, "b", 2)
+    index.upsert(ALIAS, a + b)
+
+    # when the same search runs with and without payloads
+    full = index.search(ALIAS, a[3].vector, tenant_id="a", limit=10)
+    bare = index.search(ALIAS, a[3].vector, tenant_id="a", limit=10, with_payload=False)
+
+    # then ids and scores agree, the scope still holds, and no payload came back
+    assert [(h.id, round(h.score, 5)) for h in bare] == [(h.id, round(h.score, 5)) for h in full]
+    assert {h.id for h in bare} <= {p.id for p in a}
+    assert all(h.payload == {} for h in bare)
+
+
 def test_the_context_vector_is_searched_alone_or_fused(index: VectorIndex) -> None:
     # given points whose content and context vectors differ
     index.ensure_collection(ALIAS, DIM)

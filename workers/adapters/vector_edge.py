@@ -372,6 +372,7 @@ class EdgeIndex:
         using: str = CONTENT_VECTOR,
         fusion: ContextFusion | None = None,
         since_ts: float | None = None,
+        with_payload: bool = True,
     ) -> list[VectorHit]:
         flt = _scope_filter(tenant_id, task_id, since_ts)
         with self._using(collection) as held:
@@ -385,7 +386,7 @@ class EdgeIndex:
                     query=qe.Query.Nearest(list(vector), using=using),
                     filter=flt,
                     params=params,
-                    with_payload=True,
+                    with_payload=with_payload,
                 )
             else:
                 depth = limit * FUSION_PREFETCH_FACTOR
@@ -407,7 +408,7 @@ class EdgeIndex:
                     ],
                     query=_weighted_sum(fusion),
                     filter=flt,
-                    with_payload=True,
+                    with_payload=with_payload,
                 )
             points = shard.query(request)
         return [

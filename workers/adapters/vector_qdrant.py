@@ -302,6 +302,7 @@ class QdrantIndex:
         using: str = CONTENT_VECTOR,
         fusion: ContextFusion | None = None,
         since_ts: float | None = None,
+        with_payload: bool = True,
     ) -> list[VectorHit]:
         if self.resolve(collection) is None:
             return []
@@ -315,7 +316,7 @@ class QdrantIndex:
                 query_filter=flt,
                 search_params=params,
                 limit=limit,
-                with_payload=True,
+                with_payload=with_payload,
             )
         else:
             depth = limit * FUSION_PREFETCH_FACTOR
@@ -349,7 +350,7 @@ class QdrantIndex:
                 ),
                 query_filter=flt,
                 limit=limit,
-                with_payload=True,
+                with_payload=with_payload,
             )
         return [
             VectorHit(id=uuid.UUID(str(p.id)), score=float(p.score), payload=p.payload or {})
