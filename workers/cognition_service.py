@@ -99,7 +99,7 @@ from workers.db.cognition import (
     unlinked_ids,
 )
 from workers.db.writes import WRITE_JOB, claim_jobs, count_due_jobs
-from workers.index_service import EPISODIC, dense_search_target, write_target
+from workers.index_service import EPISODIC, dense_search_target, episodic_payload, write_target
 from workers.queues import CeleryQueue
 
 log = logging.getLogger(__name__)
@@ -623,23 +623,6 @@ def consolidate_tenant(
 # -- embedding of summaries, unindexing --------------------------------------------------------
 
 
-def _payload(row: dict[str, Any], embedding_version: str) -> dict[str, Any]:
-    return {
-        "tenant_id": row["tenant_id"],
-        "user_id": row["user_id"],
-        "agent_id": row["agent_id"],
-        "task_id": row["task_id"],
-        "session_id": row["session_id"],
-        "level": int(row["level"]),
-        "version": int(row["version"]),
-        "ts": row["ts"].timestamp(),
-        "type": row["type"],
-        "importance": float(row["importance"]),
-        "modality": row["modality"],
-        "embedding_version": embedding_version,
-    }
-
-
 def drain_embeddings(ctx: WorkerContext) -> dict[str, Any]:
     """Embed new summary rows and unindex retired or evicted ones; one batch of each."""
     settings = ctx.settings
@@ -659,7 +642,7 @@ def drain_embeddings(ctx: WorkerContext) -> dict[str, Any]:
         ctx.vectors.upsert(
             collection,
             [
-                VectorPoint(id=row["id"], vector=vector, payload=_payload(row, version))
+                VectorPoint(id=row["id"], vector=vector, payload=episodic_payload(row, version))
                 for (_, row), vector in zip(todo, vectors, strict=True)
             ],
         )

@@ -12,7 +12,6 @@ import logging
 import random
 import time
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 import redis
@@ -36,7 +35,7 @@ from workers.db.writes import (
     fetch_memories,
     finish_batch,
 )
-from workers.index_service import EPISODIC, IndexNotReady, write_target
+from workers.index_service import EPISODIC, IndexNotReady, episodic_payload, write_target
 
 log = logging.getLogger(__name__)
 
@@ -260,11 +259,12 @@ def process_batch(ctx: WorkerContext, jobs: list[ClaimedJob], report: DrainRepor
                         id=job.memory_id,
                         vector=vector,
                         context=context,
-                        # Every point says which embedder made it (README "Re-embedding").
-                        payload={
-                            **_payload(row, outcome),
-                            "embedding_version": ctx.embedder.version,
-                        },
+                        # The payload rebuilds and reconciliation write too; every point says
+                        # which embedder made it (README "Re-embedding").
+                        payload=episodic_payload(
+                            {**row, "type": outcome.type.value, "importance": outcome.importance},
+                            ctx.embedder.version,
+                        ),
                     )
                     for (job, row, outcome, _), vector, context in zip(
                         kept, vectors[: len(kept)], contexts, strict=True
@@ -300,19 +300,3 @@ def process_batch(ctx: WorkerContext, jobs: list[ClaimedJob], report: DrainRepor
     for result in dead:
         log.warning("memory %s dead-lettered: %s", result.memory_id, result.reason)
     report.tenants.extend({*(r.tenant_id for r in stored), *(r.tenant_id for r in discarded)})
-
-
-def _payload(row: dict[str, Any], outcome: WriteOutcome) -> dict[str, Any]:
-    ts: datetime = row["ts"]
-    return {
-        "tenant_id": row["tenant_id"],
-        "user_id": row["user_id"],
-        "agent_id": row["agent_id"],
-        "task_id": row["task_id"],
-        "session_id": row["session_id"],
-        "level": int(row["level"]),
-        "ts": ts.timestamp(),
-        "type": outcome.type.value,
-        "importance": outcome.importance,
-        "modality": row["modality"],
-    }
