@@ -5,8 +5,12 @@ the request, decide the focus, split the budget into partitions, retrieve, and f
 partition within its own budget. A partition that overflows compresses its lowest-scored
 items first (a memory's higher-level version replaces its original: L0 → L1 → L2 ...), then
 evicts the lowest-scored ones (``pipelines.budget.eviction_score``). Nothing is ever cut
-across partitions, and the rendered whole is counted again at the end with the real
-tokenizer, because BPE merges across the joins.
+across partitions. Every count reported is the real tokenizer's count of the rendered text:
+BPE may merge across the joins between lines and partitions, so the rendered text is counted
+again as a whole, unless the counter is ``additive_after_newline`` (DeepSeek-V4's is) and
+every line starts with a non-space character. Then the sum of the cached line counts is that
+count exactly, and encoding every token a second and third time (about 1 µs a token, most of
+an assembly's time) is skipped.
 
 The recent-interactions partition is a sliding window per task and session: the last 20
 turns verbatim; once more than 25 turns are unsummarised, all but the last 20 are folded, in
@@ -59,7 +63,13 @@ from pipelines.retrieve import (
 )
 from pipelines.rewrite import RewriteLLM, rewrite_query
 from pipelines.sparse import analyze
-from pipelines.tokens import TokenCounter, count_many, truncate_to_tokens
+from pipelines.tokens import (
+    TokenCounter,
+    count_many,
+    is_additive_after_newline,
+    starts_non_space,
+    truncate_to_tokens,
+)
 
 # A query is a question for one step, not a document: 16 KiB of UTF-8 and 4,000 tokens.
 QUERY_MAX_BYTES = 16_384
@@ -229,7 +239,10 @@ def fit_partition(
     Overflow first walks the items from the lowest eviction score up, replacing each by its
     next compressed version, sweep after sweep while any is left; then it evicts from the
     lowest score up (``must_keep`` items last, and those are truncated rather than dropped
-    when they alone overflow). The rendered text is counted as a whole at the end.
+    when they alone overflow). ``used_tokens`` is the real count of the rendered text: the
+    header's and the lines' counts added up when the counter is additive after a newline and
+    every line starts with a non-space character (the render ends each line with one), else
+    the rendered text counted as a whole.
     """
     if budget_tokens < 0:
         raise ValueError(f"budget_tokens must be >= 0, got {budget_tokens}")
@@ -280,9 +293,14 @@ def fit_partition(
                 costs[i] = cost(i)
             if not cut or total() > budget_tokens:
                 kept[i] = False
+    additive = is_additive_after_newline(counter)
     while True:  # 4: the real count of the rendered text decides
-        text = _render(name, [texts[i] for i in range(len(items)) if kept[i]])
-        used = counter.count(text) if text else 0
+        lines = [texts[i] for i in range(len(items)) if kept[i]]
+        text = _render(name, lines)
+        if additive and all(starts_non_space(line) for line in lines):
+            used = total()  # the header and each line with its newline: the exact count
+        else:
+            used = counter.count(text) if text else 0
         if used <= budget_tokens:
             break
         kept[next(i for i in order if kept[i])] = False
@@ -545,6 +563,20 @@ def variable_items(variables: Sequence[WorkingVariable]) -> list[ContextItem]:
     ]
 
 
+def _count_whole(parts: Sequence[PartitionContent], text: str, counter: TokenCounter) -> int:
+    """The real count of ``text``, the concatenation of ``parts``' texts.
+
+    Each part's ``used_tokens`` is the real count of its text, and a rendered partition ends
+    with a newline and starts with "## ", so with a counter additive after a newline the sum
+    of the parts is the count of the whole; otherwise the whole is counted.
+    """
+    if is_additive_after_newline(counter) and all(
+        part.text.endswith("\n") and starts_non_space(part.text) for part in parts if part.text
+    ):
+        return sum(part.used_tokens for part in parts)
+    return counter.count(text) if text else 0
+
+
 def assemble_context(
     request: ContextRequest,
     sources: ContextSources,
@@ -594,10 +626,11 @@ def assemble_context(
         )
     ordered = [contents[spec.name] for spec in layout.specs]
     text = "".join(p.text for p in ordered)
-    total = counter.count(text) if text else 0
+    total = _count_whole(ordered, text, counter)
     while total > request.budget_tokens:
-        # The joins merged into more tokens than the parts: shrink the fullest partition
-        # that has items to give (never the system prompt).
+        # The joins merged into more tokens than the parts (never with an additive counter,
+        # whose whole is the sum of parts that each fit): shrink the fullest partition that
+        # has items to give (never the system prompt).
         name = max(
             (p for p in ordered if p.items and p.name is not Partition.SYSTEM),
             key=lambda p: p.used_tokens,
@@ -608,7 +641,7 @@ def assemble_context(
         ).model_copy(update={"budget_tokens": budgets[name]})
         ordered = [contents[spec.name] for spec in layout.specs]
         text = "".join(p.text for p in ordered)
-        total = counter.count(text) if text else 0
+        total = _count_whole(ordered, text, counter)
     return AssembledContext(
         task_id=request.task_id,
         budget_tokens=request.budget_tokens,

@@ -5,6 +5,15 @@ Budgets are in the model's tokens, counted by a real tokenizer (the adapter in
 estimate is off by 2-4x on code, CJK and identifiers, which is exactly the content that
 overflows a partition. Only ``count`` is required of an adapter; truncation is built on it
 here so that any counter can cut a text at a word boundary.
+
+A counter may also declare ``additive_after_newline``: for every text A that ends in "\n"
+and every text B whose first character is not whitespace (``str.isspace``),
+``count(A + B) == count(A) + count(B)``. Assembly renders every line with its newline and
+every line starts with a non-space character, so with such a counter the sum of the line
+counts (cached) is the exact count of a partition and of the whole, and the rendered text
+need not be encoded again. An adapter declares it only when the tokenizer's structure proves
+it (see ``workers/adapters/tokenizer.py``); a counter that says nothing is taken not to have
+it, since a BPE whose pieces may span the join merges across it.
 """
 
 from __future__ import annotations
@@ -43,6 +52,11 @@ class CachedCounter:
     def name(self) -> str:
         return self._inner.name
 
+    @property
+    def additive_after_newline(self) -> bool:
+        """The inner counter's: a cache changes no count."""
+        return is_additive_after_newline(self._inner)
+
     def count(self, text: str) -> int:
         cached = self._cache.get(text)
         if cached is not None:
@@ -74,6 +88,21 @@ class CachedCounter:
             self._cache.popitem(last=False)
 
 
+def is_additive_after_newline(counter: TokenCounter) -> bool:
+    """Whether ``counter`` declares that counts add across a cut after a newline (see the
+    module's docstring). Not part of the ``TokenCounter`` protocol, so that a counter written
+    without it still is one; such a counter is taken not to be additive."""
+    return getattr(counter, "additive_after_newline", False) is True
+
+
+def starts_non_space(text: str) -> bool:
+    """Whether ``text`` may be the right-hand side of an additive cut: it has a first
+    character and that character is not whitespace. ``str.isspace`` is the stricter side:
+    it also holds for U+001C..U+001F, which the tokenizer's regex engine does not count as
+    spaces, so a text that passes starts with no space in either sense."""
+    return bool(text) and not text[0].isspace()
+
+
 def count_many(counter: TokenCounter, texts: Sequence[str]) -> list[int]:
     """The count of each text, in one call when the counter has ``count_many`` (a tokenizer
     that encodes a batch on several threads), else one ``count`` at a time."""
@@ -89,8 +118,11 @@ def count_many(counter: TokenCounter, texts: Sequence[str]) -> list[int]:
 def count_lines(counter: TokenCounter, lines: list[str]) -> int:
     """Tokens of ``lines`` joined by newlines, counted line by line (each with its newline).
 
-    Additive, so a partition can be refilled without recounting its whole text; the final
-    render is still counted as a whole (see ``assemble``) because BPE merges across joins.
+    Each line is counted (and cached) on its own, so a partition can be refilled without
+    recounting its whole text. The sum is the exact count of the joined text only when the
+    counter is ``additive_after_newline`` and every line starts with a non-space character;
+    otherwise ``assemble`` counts the rendered text as a whole, because BPE may merge across
+    the joins.
     """
     return sum(counter.count(line + "\n") for line in lines)
 

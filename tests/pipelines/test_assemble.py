@@ -5,12 +5,15 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from pipelines.assemble import (
     CHUNK_MAX_TOKENS,
     QUERY_MAX_BYTES,
     QUERY_MAX_TOKENS,
     SUMMARY_MAX_TOKENS,
+    AssembledContext,
     ContextItem,
     ContextRequest,
     ContextSources,
@@ -32,6 +35,7 @@ from pipelines.records import InvalidInput, Level, MemoryType
 from pipelines.retrieve import Candidate, MemoryVersion, MemoryView, RetrievalResult
 from pipelines.rewrite import offline_rewrite
 from pipelines.summarize import extractive_summary
+from pipelines.tokens import TokenCounter
 from tests.pipelines.test_retrieve import MEMORIES, SCOPE, ports
 from workers.adapters.tokenizer import load_token_counter
 
@@ -50,6 +54,37 @@ class WordCounter:
 
 
 WORDS = WordCounter()
+
+
+class RecordingWords(WordCounter):
+    """Word counts, declared additive after a newline (no word spans one); keeps every text
+    it is asked to count."""
+
+    additive_after_newline = True
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+
+    def count(self, text: str) -> int:
+        self.texts.append(text)
+        return super().count(text)
+
+
+class Exact:
+    """``inner`` with its additivity hidden, so that assembly counts every rendered text as a
+    whole: the slow path the fast one must agree with."""
+
+    additive_after_newline = False
+
+    def __init__(self, inner: TokenCounter) -> None:
+        self._inner = inner
+
+    @property
+    def name(self) -> str:
+        return self._inner.name
+
+    def count(self, text: str) -> int:
+        return self._inner.count(text)
 
 
 # -- the request --------------------------------------------------------------------------
@@ -197,6 +232,72 @@ def test_a_must_keep_item_is_cut_rather_than_dropped() -> None:
     assert content.used_tokens <= 12
 
 
+def test_an_additive_counter_adds_up_the_lines_instead_of_recounting() -> None:
+    # given a counter that declares its counts additive after a newline
+    counter = RecordingWords()
+    entries = [item("a", "one two"), item("b", "three")]
+    # when the partition is filled
+    content = fit_partition(Partition.SCRATCH, entries, 100, counter, now=NOW)
+    # then the header and the lines were counted, the rendered text was not, and their sum
+    # is its count
+    assert content.text == "## Scratch\none two\nthree\n"
+    assert content.text not in counter.texts
+    assert content.used_tokens == WORDS.count(content.text) == 5
+
+
+def test_a_line_starting_with_whitespace_is_counted_whole() -> None:
+    counter = RecordingWords()
+    entries = [item("a", "one two"), item("code", "    return x")]
+    content = fit_partition(Partition.SCRATCH, entries, 100, counter, now=NOW)
+    assert content.text == "## Scratch\none two\n    return x\n"
+    assert content.text in counter.texts
+    assert content.used_tokens == 6
+    # with the real tokenizer a line that starts with a newline merges with the one before
+    # it, so the sum of the parts would be wrong: the whole is what is reported
+    entries = [item("a", "one two"), item("gap", "\nafter a blank line")]
+    content = fit_partition(Partition.SCRATCH, entries, 100, DEEPSEEK, now=NOW)
+    parts = DEEPSEEK.count("## Scratch\n") + sum(
+        DEEPSEEK.count(entry.text + "\n") for entry in entries
+    )
+    assert content.used_tokens == DEEPSEEK.count(content.text) == parts - 1
+
+
+# What makes BPE merge across a join, or not: spaces, tabs and newlines at either end of a
+# line, digits, CJK, accents, emoji, punctuation runs.
+fragment = st.sampled_from(
+    ["we", "decided", "Priya", " ", "  ", "\t", "\n", "\r\n", "\n\n", "8080", "12345",
+     "config/app.yaml", ".", "!!", "：", "状态", "已完成", "é", "\u0301", "😀", "👍🏽", "\u3000"]
+)  # fmt: skip
+rich_text = st.lists(fragment, min_size=1, max_size=12).map("".join)
+
+
+@st.composite
+def rich_items(draw: st.DrawFn) -> list[ContextItem]:
+    return [
+        ContextItem(
+            id=f"i{i}",
+            text=draw(rich_text),
+            prefix=draw(st.sampled_from(["", "[2024-06-01 12:00] ", "- "])),
+            timestamp=NOW - timedelta(hours=draw(st.integers(0, 500))),
+            relevance=draw(st.none() | st.floats(0, 1)),
+            versions=tuple(draw(st.lists(rich_text, max_size=2))),
+            must_keep=draw(st.booleans()),
+        )
+        for i in range(draw(st.integers(0, 12)))
+    ]
+
+
+@given(entries=rich_items(), budget=st.integers(0, 200))
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_adding_up_the_lines_fills_a_partition_exactly_as_recounting_does(
+    entries: list[ContextItem], budget: int
+) -> None:
+    fast = fit_partition(Partition.RETRIEVED_MEMORY, entries, budget, DEEPSEEK, now=NOW)
+    exact = fit_partition(Partition.RETRIEVED_MEMORY, entries, budget, Exact(DEEPSEEK), now=NOW)
+    assert fast == exact
+    assert fast.used_tokens == DEEPSEEK.count(fast.text) <= budget
+
+
 # -- the working-memory window ------------------------------------------------------------
 
 
@@ -341,6 +442,93 @@ def test_a_memory_that_does_not_fit_comes_in_its_compressed_version() -> None:
     assert "Chose the double-entry ledger." in part.text
     assert "Priya owns the ledger." in part.text
     assert part.used_tokens <= part.budget_tokens
+
+
+def test_an_additive_counter_does_not_recount_the_whole() -> None:
+    # given a counter that declares its counts additive after a newline
+    counter = RecordingWords()
+    sources = ContextSources(
+        system="You are a careful agent.",
+        turns=tuple(turns(3)),
+        variables=(WorkingVariable(key="ledger.table", value="ledger_v2"),),
+    )
+    # when a context is assembled
+    context = assemble_context(
+        ContextRequest(task_id="t", query="q", budget_tokens=64_000),
+        sources,
+        counter=counter,
+        focus=FACTS,
+        now=NOW,
+    )
+    # then the whole is the sum of its partitions, and the whole text was never counted
+    assert context.total_tokens == WORDS.count(context.text)
+    assert context.total_tokens == sum(p.used_tokens for p in context.partitions)
+    assert context.text not in counter.texts
+    assert context.partition(Partition.RECENT_INTERACTIONS).text not in counter.texts
+
+
+@st.composite
+def rich_sources(draw: st.DrawFn) -> tuple[ContextSources, RetrievalResult]:
+    memories = [
+        Candidate(
+            memory=MemoryView(
+                id=f"m{i}",
+                content=draw(rich_text),
+                timestamp=NOW,
+                versions=tuple(
+                    MemoryVersion(level=Level(level + 1), content=draw(rich_text))
+                    for level in range(draw(st.integers(0, 2)))
+                ),
+            ),
+            relevance=draw(st.floats(0, 1)),
+        )
+        for i in range(draw(st.integers(0, 15)))
+    ]
+    sources = ContextSources(
+        system=draw(st.lists(fragment, max_size=6).map("".join)),
+        task_context=tuple(draw(rich_items())),
+        turns=tuple(
+            Turn(id=f"t{i}", speaker="user", content=draw(rich_text), timestamp=NOW)
+            for i in range(draw(st.integers(0, 15)))
+        ),
+        variables=tuple(
+            WorkingVariable(key=f"k{i}", value=draw(rich_text))
+            for i in range(draw(st.integers(0, 4)))
+        ),
+        scratch=tuple(draw(rich_items())),
+    )
+    return sources, retrieval_of(memories)
+
+
+@given(data=rich_sources(), extra=st.integers(3, 600))
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_adding_up_the_partitions_assembles_exactly_as_recounting_does(
+    data: tuple[ContextSources, RetrievalResult], extra: int
+) -> None:
+    # given small partitions, so that everything overflows somewhere
+    layout = layout_from_budgets(
+        {"system": 60, "task_context": 80, "retrieved_memory": 200,
+         "recent_interactions": 300, "working_variables": 60, "scratch": 50}
+    )  # fmt: skip
+    sources, retrieval = data
+    request = ContextRequest(task_id="t", query="q", budget_tokens=layout.fixed_tokens + extra)
+
+    def assemble(counter: TokenCounter) -> AssembledContext:
+        return assemble_context(
+            request,
+            sources,
+            counter=counter,
+            focus=FACTS,
+            now=NOW,
+            retrieval=retrieval,
+            layout=layout,
+        )
+
+    # when the same context is assembled with the sums and with whole counts
+    fast, exact = assemble(DEEPSEEK), assemble(Exact(DEEPSEEK))
+    # then both are the same, and the total is the real count of the text
+    assert fast == exact
+    assert fast.total_tokens == DEEPSEEK.count(fast.text) <= request.budget_tokens
 
 
 def test_an_oversized_system_prompt_is_refused() -> None:

@@ -9,6 +9,8 @@ from pipelines.tokens import (
     CachedCounter,
     count_lines,
     count_many,
+    is_additive_after_newline,
+    starts_non_space,
     truncate_to_tokens,
 )
 from workers.adapters.tokenizer import (
@@ -126,9 +128,49 @@ def test_count_many_counts_like_count_and_batches_only_the_misses() -> None:
     assert len(inner.batches) == 1
 
 
+class AdditiveWordCounter(WordCounter):
+    """Words never span a newline, so word counts add across a cut after one."""
+
+    additive_after_newline = True
+
+
+def test_additivity_is_only_what_a_counter_declares(deepseek: CachedCounter) -> None:
+    # a counter that says nothing, or says something other than True, is not additive
+    assert not is_additive_after_newline(WordCounter())
+    sloppy = WordCounter()
+    sloppy.additive_after_newline = "yes"  # type: ignore[attr-defined]
+    assert not is_additive_after_newline(sloppy)
+    assert is_additive_after_newline(AdditiveWordCounter())
+    # the cache forwards its inner counter's answer
+    assert CachedCounter(WordCounter()).additive_after_newline is False
+    assert CachedCounter(AdditiveWordCounter()).additive_after_newline is True
+    assert is_additive_after_newline(deepseek)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("## Retrieved memory", True),
+        ("[2024-06-01 12:00] we decided", True),
+        ("状态：已完成", True),
+        ("\u0301accent first", True),  # a combining mark is not a space
+        ("", False),
+        (" indented", False),
+        ("\tcode", False),
+        ("\nnext", False),
+        ("\u3000ideographic space", False),
+        ("\x1cseparator", False),  # a space to Python though not to the tokenizer's regex
+    ],
+)
+def test_starts_non_space(text: str, expected: bool) -> None:
+    assert starts_non_space(text) is expected
+
+
 def test_count_lines_counts_each_line_with_its_newline(deepseek: CachedCounter) -> None:
     lines = ["first line", "second line here"]
     assert count_lines(deepseek, lines) == sum(deepseek.count(x + "\n") for x in lines)
+    # additive, and every line starts with a non-space character: the joined text's count
+    assert count_lines(deepseek, lines) == deepseek.count("\n".join(lines) + "\n")
 
 
 def test_truncation_cuts_at_a_word_and_fits() -> None:
