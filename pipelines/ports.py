@@ -287,11 +287,31 @@ class VectorIndex(Protocol):
         fusion: ContextFusion | None = None,
         since_ts: float | None = None,
         with_payload: bool = True,
+        ids: Sequence[uuid.UUID] | None = None,
     ) -> list[VectorHit]:
         """Nearest points inside the tenant's scope. With ``fusion`` the content vector
         (``vector``) and the context vector are searched together and each score is the
         weighted sum of the two cosines (``ContextFusion``). ``with_payload=False`` returns
-        ids and scores only (the read path reads rows from PostgreSQL anyway)."""
+        ids and scores only (the read path reads rows from PostgreSQL anyway). ``ids``
+        restricts the search to those points (the scores of known memories, from their
+        stored vectors)."""
+        ...
+
+    def search_many(
+        self,
+        collection: str,
+        vectors: Sequence[Sequence[float]],
+        *,
+        tenant_id: str,
+        task_id: str | None = None,
+        limit: int = 10,
+        using: str = CONTENT_VECTOR,
+        fusion: ContextFusion | None = None,
+        since_ts: float | None = None,
+        with_payload: bool = True,
+    ) -> list[list[VectorHit]]:
+        """``search`` of each vector with the same scope and options, in one call (one
+        planned batch where the engine has one); the answers in the order of ``vectors``."""
         ...
 
     def optimize(self, collection: str) -> None:

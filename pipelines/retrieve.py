@@ -268,12 +268,12 @@ def recall_all(
     config: RetrievalConfig = DEFAULT_CONFIG,
     executor: Executor | None = None,
 ) -> list[RecallList]:
-    """Every recaller on every variant; in parallel on ``executor`` when one is given."""
+    """Every recaller on every variant; the store's searches in parallel on ``executor``
+    when one is given. A dense recaller with ``search_dense_many`` gets all the variants in
+    one call, made on this thread while the others run."""
+    named = list(variants.items())
     jobs: list[tuple[str, str, Callable[[], list[RecallHit]]]] = []
-    for name, text in variants.items():
-        jobs.append(
-            ("dense", name, partial(ports.dense.search_dense, text, scope, config.dense_limit))
-        )
+    for name, text in named:
         jobs.append(
             ("sparse", name, partial(ports.sparse.search_sparse, text, scope, config.sparse_limit))
         )
@@ -289,15 +289,29 @@ def recall_all(
                 ),
             )
         )
+    futures = [executor.submit(job) for _, _, job in jobs] if executor is not None else []
+    dense_many: Callable[[Sequence[str], RecallScope, int], list[list[RecallHit]]] | None
+    dense_many = getattr(ports.dense, "search_dense_many", None)
+    if dense_many is not None:
+        dense_hits = dense_many([text for _, text in named], scope, config.dense_limit)
+    else:
+        dense_hits = [
+            ports.dense.search_dense(text, scope, config.dense_limit) for _, text in named
+        ]
     if executor is None:
         results = [job() for _, _, job in jobs]
     else:
-        futures = [executor.submit(job) for _, _, job in jobs]
         results = [future.result() for future in futures]
-    return [
+    # Each variant's dense list, then its sparse one, then the temporal list.
+    lists = []
+    for index, (name, _) in enumerate(named):
+        lists.append(RecallList(source="dense", variant=name, hits=tuple(dense_hits[index])))
+        lists.append(RecallList(source="sparse", variant=name, hits=tuple(results[index])))
+    lists += [
         RecallList(source=source, variant=variant, hits=tuple(hits))
-        for (source, variant, _), hits in zip(jobs, results, strict=True)
+        for (source, variant, _), hits in list(zip(jobs, results, strict=True))[len(named) :]
     ]
+    return lists
 
 
 def fuse(
@@ -357,6 +371,12 @@ def dedupe(
     return out
 
 
+def fetch_chunk(limit: int) -> int:
+    """How many fused ids one store read takes for ``limit`` candidates: a few more than
+    the limit, for ids the store no longer has and repeated contents."""
+    return limit + max(8, limit // 5)
+
+
 def fetch_candidates(
     fused: Sequence[tuple[str, float, float | None, tuple[str, ...]]],
     scope: RecallScope,
@@ -364,14 +384,14 @@ def fetch_candidates(
     limit: int,
 ) -> list[Candidate]:
     """The first ``limit`` deduplicated candidates, reading the store in fused order a chunk
-    at a time (twice ``limit`` ids, then more only while ids were missing or repeated): the
-    same candidates as reading every fused id, for a fraction of the rows."""
+    at a time (``limit`` ids and a fifth more, then more only while ids were missing or
+    repeated): the same candidates as reading every fused id, for a fraction of the rows."""
     ids = [key for key, *_ in fused]
     views: dict[str, MemoryView] = {}
     candidates: list[Candidate] = []
     read = 0
     while read < len(ids):
-        chunk = ids[read : read + 2 * limit]
+        chunk = ids[read : read + fetch_chunk(limit)]
         views.update((view.id, view) for view in store.fetch(chunk, scope))
         read += len(chunk)
         candidates = dedupe(fused[:read], views, limit)

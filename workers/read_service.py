@@ -32,6 +32,7 @@ import json
 import logging
 import math
 import threading
+import uuid
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
@@ -39,7 +40,6 @@ from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any, Generic, TypeVar
 
-import numpy as np
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
@@ -202,6 +202,20 @@ class _Memo(Generic[K, V]):
         self._lock = threading.Lock()
         self._futures: dict[K, Future[V]] = {}
 
+    def claim(self, keys: Sequence[K]) -> list[tuple[Future[V], bool]]:
+        """The future of each key and whether the caller owns it (must set its result or
+        exception); ``get`` for callers that answer several keys at once."""
+        with self._lock:
+            out = []
+            for key in keys:
+                future = self._futures.get(key)
+                if future is None:
+                    future = self._futures[key] = Future()
+                    out.append((future, True))
+                else:
+                    out.append((future, False))
+            return out
+
     def get(self, key: K, compute: Callable[[], V]) -> V:
         with self._lock:
             future = self._futures.get(key)
@@ -219,16 +233,13 @@ class _Memo(Generic[K, V]):
 class PostgresRecall:
     """Sparse and temporal recall and the memory store, over one request's scope.
 
-    One instance serves one request: it keeps the rows it has read (the dense recaller's
-    ``similarity`` embeds them instead of asking the index for vectors).
+    One instance serves one request: identical searches of its recallers are asked once.
     """
 
     def __init__(self, pool: ConnectionPool, *, versions_from_rows: bool) -> None:
         self._pool = pool
         self._versions_from_rows = versions_from_rows
         self._memo: _Memo[tuple[Any, ...], Any] = _Memo()
-        self._lock = threading.Lock()
-        self.views: dict[str, MemoryView] = {}
 
     def _sparse_rows(
         self, text: str, scope: RecallScope, limit: int
@@ -323,17 +334,15 @@ class PostgresRecall:
                 session_id=row["session_id"],
             )
             views.append(view)
-        with self._lock:
-            self.views.update((view.id, view) for view in views)
         return views
 
 
 class VectorRecall:
-    """Dense recall through the vector port; the query's vectors are embedded once each.
+    """Dense recall through the vector port; each query text is embedded once.
 
     With ``fusion`` (the step's phase and focus as a context string, and the phase's
     weights; ``pipelines.embedding_context``) every search fuses the content vector with the
-    context vector; the context string is embedded once, on the first search.
+    context vector; the context string is embedded with the first query texts.
     """
 
     def __init__(
@@ -341,79 +350,106 @@ class VectorRecall:
         vectors: VectorIndex,
         embedder: Embedder,
         collection: str | None,
-        store: PostgresRecall,
         vector_lock: threading.Lock,
         fusion: tuple[str, tuple[float, float]] | None = None,
     ) -> None:
         self._vectors = vectors
         self._embedder = embedder
         self._collection = collection
-        self._store = store
         self._vector_lock = vector_lock
         self._fusion = fusion
         self._memo: _Memo[tuple[Any, ...], list[RecallHit]] = _Memo()
         self._cache: dict[str, list[float]] = {}
         self._cache_lock = threading.Lock()
 
-    def _embed(self, text: str) -> list[float]:
+    def _embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """The vectors of ``texts``, the ones not seen yet embedded in one call."""
         with self._cache_lock:
-            cached = self._cache.get(text)
-        if cached is None:
-            cached = self._embedder.embed([text])[0]
+            missing = [t for t in dict.fromkeys(texts) if t not in self._cache]
+        if missing:
+            vectors = self._embedder.embed(missing)
             with self._cache_lock:
-                self._cache[text] = cached
-        return cached
+                self._cache.update(zip(missing, vectors, strict=True))
+        with self._cache_lock:
+            return [self._cache[text] for text in texts]
 
     def _context_fusion(self) -> ContextFusion | None:
         if self._fusion is None:
             return None
         context, (content_weight, context_weight) = self._fusion
         return ContextFusion(
-            context=self._embed(context),
+            context=self._embed([context])[0],
             content_weight=content_weight,
             context_weight=context_weight,
         )
 
     def search_dense(self, text: str, scope: RecallScope, limit: int) -> list[RecallHit]:
+        return self.search_dense_many([text], scope, limit)[0]
+
+    def search_dense_many(
+        self, texts: Sequence[str], scope: RecallScope, limit: int
+    ) -> list[list[RecallHit]]:
+        """``search_dense`` of each text, the ones not searched yet in one batch: the
+        embedder gets one call for all of them and the engine one planned batch."""
         collection = self._collection
         if collection is None:
             # A re-embed run is building the current model's vectors: a score against the
             # old ones would mix versions, so dense recall sits out until the alias switch.
-            return []
-
-        def run() -> list[RecallHit]:
-            vector = self._embed(text)
-            fusion = self._context_fusion()
-            # The embedded engine is one shard per collection: searches take turns on it
-            # while the PostgreSQL recallers run in parallel.
-            with self._vector_lock:
-                hits = self._vectors.search(
-                    collection,
-                    vector,
-                    tenant_id=scope.tenant_id,
-                    task_id=scope.task_id,
-                    limit=limit,
-                    fusion=fusion,
-                    with_payload=False,
-                )
-            return [RecallHit(id=str(hit.id), score=float(hit.score)) for hit in hits]
-
-        hits: list[RecallHit] = self._memo.get((scope.tenant_id, scope.task_id, text, limit), run)
-        return list(hits)
+            return [[] for _ in texts]
+        unique = list(dict.fromkeys(texts))
+        futures = self._memo.claim([(scope.tenant_id, scope.task_id, t, limit) for t in unique])
+        owned = [text for text, (_, owner) in zip(unique, futures, strict=True) if owner]
+        if owned:
+            try:
+                prefix = [self._fusion[0]] if self._fusion is not None else []
+                vectors = self._embed(prefix + owned)[len(prefix) :]
+                fusion = self._context_fusion()
+                # The embedded engine is one shard per collection: searches take turns on
+                # it while the PostgreSQL recallers run in parallel.
+                with self._vector_lock:
+                    answers = self._vectors.search_many(
+                        collection,
+                        vectors,
+                        tenant_id=scope.tenant_id,
+                        task_id=scope.task_id,
+                        limit=limit,
+                        fusion=fusion,
+                        with_payload=False,
+                    )
+            except Exception as exc:
+                for future, owner in futures:
+                    if owner:
+                        future.set_exception(exc)
+                raise
+            results = iter(answers)
+            for future, owner in futures:
+                if owner:
+                    hits = next(results)
+                    future.set_result(
+                        [RecallHit.model_construct(id=str(h.id), score=h.score) for h in hits]
+                    )
+        by_text = {text: future.result() for text, (future, _) in zip(unique, futures, strict=True)}
+        return [list(by_text[text]) for text in texts]
 
     def similarity(self, text: str, ids: Sequence[str], scope: RecallScope) -> dict[str, float]:
-        views = [self._store.views[key] for key in ids if key in self._store.views]
-        if not views:
+        """The cosine of ``text`` with the stored content vectors of ``ids``: one search
+        restricted to those points, scope included (a point not indexed yet has none)."""
+        collection = self._collection
+        if collection is None or not ids:
             return {}
-        query = np.asarray(self._embed(text), dtype=np.float64)
-        vectors = np.asarray(self._embedder.embed([v.content for v in views]), dtype=np.float64)
-        norms = np.linalg.norm(vectors, axis=1) * (np.linalg.norm(query) or 1.0)
-        cosines = vectors @ query / np.where(norms == 0, 1.0, norms)
-        return {
-            view.id: float(value)
-            for view, value in zip(views, cosines, strict=True)
-            if math.isfinite(float(value))
-        }
+        points = [uuid.UUID(key) for key in dict.fromkeys(ids)]
+        vector = self._embed([text])[0]
+        with self._vector_lock:
+            hits = self._vectors.search(
+                collection,
+                vector,
+                tenant_id=scope.tenant_id,
+                task_id=scope.task_id,
+                limit=len(points),
+                with_payload=False,
+                ids=points,
+            )
+        return {str(hit.id): float(hit.score) for hit in hits if math.isfinite(hit.score)}
 
 
 @dataclass
@@ -636,7 +672,6 @@ def assemble_for(
         stores.vectors,
         stores.embedder,
         stores.collection if dense_search_target(stores, EPISODIC) is not None else None,
-        store,
         stores.vector_lock,
         fusion=(
             query_context_text(request.phase, [item.kind.value for item in focus.kinds]),

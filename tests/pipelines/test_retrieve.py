@@ -24,6 +24,7 @@ from pipelines.retrieve import (
     adaptive_depth,
     dedupe,
     fetch_candidates,
+    fetch_chunk,
     fuse,
     keyword_coverage,
     llm_rerank,
@@ -201,13 +202,19 @@ def test_candidates_are_read_a_chunk_at_a_time_with_the_same_result() -> None:
     store.scopes.clear()
     every = fetch_candidates(fused, scope, store, 100)
 
-    # then they are the fused order's first ones, read in chunks of twice the limit
+    # then they are the fused order's first ones, read a chunk of a few more than the limit
     assert [c.memory.id for c in head] == [c.memory.id for c in everything[:4]]
     assert every == everything
-    assert len(store.scopes) == 1  # 30 ids fit one chunk of 200
+    assert len(store.scopes) == 1  # 30 ids fit one chunk of 120
     store.scopes.clear()
+    assert fetch_chunk(4) == 12
     assert fetch_candidates(fused, scope, store, 4) == head
-    assert len(store.scopes) == 2  # the first 8 ids hold 3 live memories: one more chunk
+    assert len(store.scopes) == 1  # the first 12 ids hold 4 distinct live memories
+    # and when the first chunk holds too few live memories, the next one is read
+    sparse = FakeStore([m for n, m in enumerate(memories) if n in {5, 11} or n >= 14])
+    sparse_all = dedupe(fused, {v.id: v for v in sparse.fetch([k for k, *_ in fused], scope)})
+    assert fetch_candidates(fused, scope, sparse, 4) == sparse_all[:4]
+    assert len(sparse.scopes) == 3  # the reference read, then two chunks
     assert fetch_candidates([], scope, store, 4) == []
 
 

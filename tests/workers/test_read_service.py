@@ -155,7 +155,6 @@ def test_fetch_reads_back_only_the_scope_with_compressed_versions(db, pool) -> N
     assert view.versions[0].content.startswith("Invoices stay in PostgreSQL")
     if has_rows:
         assert [v.level for v in view.versions] == [Level.L1, Level.L2]
-    assert recall.views[mine] == view
 
 
 def test_an_access_bump_counts_once_even_when_replayed(db, pool) -> None:  # type: ignore[no-untyped-def]
@@ -214,6 +213,9 @@ class RecordingIndex:
         self.searches.append({"collection": collection, **kwargs})
         return []
 
+    def search_many(self, collection: str, vectors: Any, **kwargs: Any) -> list[list[Any]]:
+        return [self.search(collection, vector, **kwargs) for vector in vectors]
+
 
 def test_dense_recall_fuses_the_steps_context_with_the_phases_weights(pool) -> None:  # type: ignore[no-untyped-def]
     import threading
@@ -230,7 +232,6 @@ def test_dense_recall_fuses_the_steps_context_with_the_phases_weights(pool) -> N
         index,  # type: ignore[arg-type]
         embedder,
         "memharness_episodic",
-        PostgresRecall(pool, versions_from_rows=False),
         threading.Lock(),
         fusion=(context, fusion_weights(TaskPhase.DEBUGGING)),
     )
@@ -272,3 +273,82 @@ def test_a_remote_focus_is_asked_once_per_request_even_when_malformed_first() ->
 
     assert first == second
     assert llm.calls == 2  # the malformed answer and its retry, for both decisions
+
+
+def test_the_variants_dense_searches_go_to_the_engine_as_one_batch() -> None:
+    import threading
+
+    from workers.adapters.embed_hashing import HashingEmbedder
+    from workers.read_service import VectorRecall
+
+    class BatchCounting(RecordingIndex):
+        def __init__(self) -> None:
+            super().__init__()
+            self.batches: list[int] = []
+
+        def search_many(self, collection: str, vectors: Any, **kwargs: Any) -> list[list[Any]]:
+            self.batches.append(len(vectors))
+            return super().search_many(collection, vectors, **kwargs)
+
+    index = BatchCounting()
+    recall = VectorRecall(index, HashingEmbedder(), "memharness_episodic", threading.Lock())  # type: ignore[arg-type]
+
+    # when three variants (two of them the same text) are searched, then one more time
+    answers = recall.search_dense_many(["ledger fail", "ledger", "ledger fail"], SCOPE, 50)
+    recall.search_dense_many(["ledger", "ledger test"], SCOPE, 50)
+
+    # then each distinct text was searched once: one batch of two, then one of the new text
+    assert answers == [[], [], []]
+    assert index.batches == [2, 1]
+
+
+def test_similarity_reads_the_stored_vectors_of_the_ids_inside_the_scope(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import threading
+
+    import numpy as np
+
+    from pipelines.ports import VectorPoint
+    from workers.adapters.embed_hashing import HashingEmbedder
+    from workers.adapters.vector_edge import EdgeIndex
+    from workers.read_service import VectorRecall
+
+    embedder = HashingEmbedder(dim=64)
+    index = EdgeIndex(tmp_path / "edge")
+    try:
+        index.ensure_collection("mh_episodic", embedder.dim)
+        texts = {
+            ("acme", "billing"): ["invoices stay in PostgreSQL", "ledger export runs nightly"],
+            ("acme", "other"): ["invoices of another task"],
+            ("globex", "billing"): ["invoices of another tenant"],
+        }
+        ids: dict[str, str] = {}
+        points = []
+        for (tenant, task), contents in texts.items():
+            for content in contents:
+                key = uuid.uuid5(uuid.NAMESPACE_URL, f"{tenant}/{task}/{content}")
+                ids[content] = str(key)
+                points.append(
+                    VectorPoint(
+                        id=key,
+                        vector=embedder.embed([content])[0],
+                        payload={"tenant_id": tenant, "task_id": task, "level": 0, "ts": 0.0},
+                    )
+                )
+        index.upsert("mh_episodic", points)
+        recall = VectorRecall(index, embedder, "mh_episodic", threading.Lock())
+
+        # when the cosines of every id, and one unknown id, are asked in acme/billing
+        scores = recall.similarity(
+            "where do invoices live?", [*ids.values(), str(uuid.uuid4())], SCOPE
+        )
+
+        # then only the scope's memories are scored, each with its stored vector's cosine
+        mine = texts[("acme", "billing")]
+        assert set(scores) == {ids[content] for content in mine}
+        query = np.asarray(embedder.embed(["where do invoices live?"])[0])
+        for content in mine:
+            expected = float(np.asarray(embedder.embed([content])[0]) @ query)
+            assert scores[ids[content]] == pytest.approx(expected, abs=1e-5)
+        assert recall.similarity("anything", [], SCOPE) == {}
+    finally:
+        index.close()

@@ -117,6 +117,51 @@ def test_a_search_without_payload_ranks_the_same(index: VectorIndex) -> None:
     assert all(h.payload == {} for h in bare)
 
 
+def test_a_batch_of_searches_answers_each_as_its_own_search(index: VectorIndex) -> None:
+    # given two tenants' points
+    index.ensure_collection(ALIAS, DIM)
+    a, b = _points(20, "a", 1), _points(20, "b", 2)
+    index.upsert(ALIAS, a + b)
+    fusion = ContextFusion(context=a[5].context or [], content_weight=0.6, context_weight=0.4)
+    queries = [a[0].vector, b[1].vector, a[9].vector]
+
+    # when three searches go in one batch, plain and fused
+    for options in ({}, {"fusion": fusion}):
+        batch = index.search_many(ALIAS, queries, tenant_id="a", task_id="t0", limit=5, **options)
+
+        # then each answer is the single search's answer, in order, inside the scope
+        single = [
+            index.search(ALIAS, q, tenant_id="a", task_id="t0", limit=5, **options) for q in queries
+        ]
+        assert [[(h.id, round(h.score, 5)) for h in hits] for hits in batch] == [
+            [(h.id, round(h.score, 5)) for h in hits] for hits in single
+        ]
+        assert all(h.payload["tenant_id"] == "a" for hits in batch for h in hits)
+    assert index.search_many(ALIAS, [], tenant_id="a") == []
+    assert index.search_many("nothing", queries, tenant_id="a") == [[], [], []]
+
+
+def test_a_search_restricted_to_ids_scores_exactly_those_inside_the_scope(
+    index: VectorIndex,
+) -> None:
+    # given two tenants' points
+    index.ensure_collection(ALIAS, DIM)
+    a, b = _points(20, "a", 1), _points(20, "b", 2)
+    index.upsert(ALIAS, a + b)
+    wanted = [a[2].id, a[4].id, a[7].id, b[3].id, uuid.uuid4()]
+
+    # when tenant a asks for the cosines of some ids, one of them b's and one unknown
+    hits = index.search(ALIAS, a[4].vector, tenant_id="a", limit=10, ids=wanted)
+
+    # then only a's known ids come back, each with its cosine to the query
+    assert {h.id for h in hits} == {a[2].id, a[4].id, a[7].id}
+    by_id = {p.id: p for p in a}
+    query = np.asarray(a[4].vector)
+    for hit in hits:
+        assert hit.score == pytest.approx(float(np.asarray(by_id[hit.id].vector) @ query), abs=1e-5)
+    assert index.search(ALIAS, a[4].vector, tenant_id="a", ids=[]) == []
+
+
 def test_the_context_vector_is_searched_alone_or_fused(index: VectorIndex) -> None:
     # given points whose content and context vectors differ
     index.ensure_collection(ALIAS, DIM)

@@ -373,48 +373,54 @@ class EdgeIndex:
         fusion: ContextFusion | None = None,
         since_ts: float | None = None,
         with_payload: bool = True,
+        ids: Sequence[uuid.UUID] | None = None,
     ) -> list[VectorHit]:
+        if ids is not None and not ids:
+            return []
+        flt = _scope_filter(tenant_id, task_id, since_ts, ids)
+        return self._query(collection, [vector], flt, limit, using, fusion, with_payload)[0]
+
+    def search_many(
+        self,
+        collection: str,
+        vectors: Sequence[Sequence[float]],
+        *,
+        tenant_id: str,
+        task_id: str | None = None,
+        limit: int = 10,
+        using: str = CONTENT_VECTOR,
+        fusion: ContextFusion | None = None,
+        since_ts: float | None = None,
+        with_payload: bool = True,
+    ) -> list[list[VectorHit]]:
+        if not vectors:
+            return []
         flt = _scope_filter(tenant_id, task_id, since_ts)
+        return self._query(collection, vectors, flt, limit, using, fusion, with_payload)
+
+    def _query(
+        self,
+        collection: str,
+        vectors: Sequence[Sequence[float]],
+        flt: qe.Filter,
+        limit: int,
+        using: str,
+        fusion: ContextFusion | None,
+        with_payload: bool,
+    ) -> list[list[VectorHit]]:
+        """One planned batch for every vector (a fused search is two prefetches, one per
+        named vector, and the weighted sum of their scores as the formula)."""
         with self._using(collection) as held:
             if held is None:
-                return []
+                return [[] for _ in vectors]
             physical, shard = held
             params = qe.SearchParams(hnsw_ef=self._ef.get(physical))
-            if fusion is None:
-                request = qe.QueryRequest(
-                    limit=limit,
-                    query=qe.Query.Nearest(list(vector), using=using),
-                    filter=flt,
-                    params=params,
-                    with_payload=with_payload,
-                )
-            else:
-                depth = limit * FUSION_PREFETCH_FACTOR
-                request = qe.QueryRequest(
-                    limit=limit,
-                    prefetches=[
-                        qe.Prefetch(
-                            limit=depth,
-                            query=qe.Query.Nearest(list(vector), using=CONTENT_VECTOR),
-                            filter=flt,
-                            params=params,
-                        ),
-                        qe.Prefetch(
-                            limit=depth,
-                            query=qe.Query.Nearest(fusion.context, using=CONTEXT_VECTOR),
-                            filter=flt,
-                            params=params,
-                        ),
-                    ],
-                    query=_weighted_sum(fusion),
-                    filter=flt,
-                    with_payload=with_payload,
-                )
-            points = shard.query(request)
-        return [
-            VectorHit(id=uuid.UUID(str(p.id)), score=float(p.score), payload=dict(p.payload or {}))
-            for p in points
-        ]
+            requests = [
+                _request(vector, flt, params, limit, using, fusion, with_payload)
+                for vector in vectors
+            ]
+            answers = shard.query_batch(qe.QueryBatchRequest(requests))
+        return [_hits(points) for points in answers]
 
     def optimize(self, collection: str) -> None:
         with self.require(collection) as (_, shard):
@@ -429,6 +435,46 @@ class EdgeIndex:
             self._shards.clear()
             self._dims.clear()
             self._in_use.clear()
+
+
+def _request(
+    vector: Sequence[float],
+    flt: qe.Filter,
+    params: qe.SearchParams,
+    limit: int,
+    using: str,
+    fusion: ContextFusion | None,
+    with_payload: bool,
+) -> qe.QueryRequest:
+    if fusion is None:
+        return qe.QueryRequest(
+            limit=limit,
+            query=qe.Query.Nearest(list(vector), using=using),
+            filter=flt,
+            params=params,
+            with_payload=with_payload,
+        )
+    depth = limit * FUSION_PREFETCH_FACTOR
+    return qe.QueryRequest(
+        limit=limit,
+        prefetches=[
+            qe.Prefetch(
+                limit=depth,
+                query=qe.Query.Nearest(list(vector), using=CONTENT_VECTOR),
+                filter=flt,
+                params=params,
+            ),
+            qe.Prefetch(
+                limit=depth,
+                query=qe.Query.Nearest(fusion.context, using=CONTEXT_VECTOR),
+                filter=flt,
+                params=params,
+            ),
+        ],
+        query=_weighted_sum(fusion),
+        filter=flt,
+        with_payload=with_payload,
+    )
 
 
 def _weighted_sum(fusion: ContextFusion) -> qe.Formula:
@@ -472,12 +518,30 @@ def _vector_sizes(path: Path) -> dict[str, int]:
         return {}
 
 
-def _scope_filter(tenant_id: str | None, task_id: str | None, since_ts: float | None) -> qe.Filter:
-    must: list[qe.FieldCondition] = []
+def _hits(points: Sequence[qe.ScoredPoint]) -> list[VectorHit]:
+    # The engine's own answer, typed here: built without a second validation (a context()
+    # call reads a few hundred of them).
+    return [
+        VectorHit.model_construct(
+            id=uuid.UUID(str(p.id)), score=float(p.score), payload=dict(p.payload or {})
+        )
+        for p in points
+    ]
+
+
+def _scope_filter(
+    tenant_id: str | None,
+    task_id: str | None,
+    since_ts: float | None,
+    ids: Sequence[uuid.UUID] | None = None,
+) -> qe.Filter:
+    must: list[qe.FieldCondition | qe.HasIdCondition] = []
     if tenant_id is not None:
         must.append(qe.FieldCondition(key="tenant_id", match=qe.MatchValue(tenant_id)))
     if task_id is not None:
         must.append(qe.FieldCondition(key="task_id", match=qe.MatchValue(task_id)))
     if since_ts is not None:
         must.append(qe.FieldCondition(key="ts", range=qe.RangeFloat(gte=since_ts)))
+    if ids is not None:
+        must.append(qe.HasIdCondition(set(ids)))
     return qe.Filter(must=list(must))

@@ -303,59 +303,90 @@ class QdrantIndex:
         fusion: ContextFusion | None = None,
         since_ts: float | None = None,
         with_payload: bool = True,
+        ids: Sequence[uuid.UUID] | None = None,
     ) -> list[VectorHit]:
-        if self.resolve(collection) is None:
+        if self.resolve(collection) is None or (ids is not None and not ids):
             return []
+        flt = _scope_filter(tenant_id, task_id, since_ts, ids)
+        request = self._request(collection, vector, flt, limit, using, fusion, with_payload)
+        (response,) = self._client.query_batch_points(collection, requests=[request])
+        return _hits(response.points)
+
+    def search_many(
+        self,
+        collection: str,
+        vectors: Sequence[Sequence[float]],
+        *,
+        tenant_id: str,
+        task_id: str | None = None,
+        limit: int = 10,
+        using: str = CONTENT_VECTOR,
+        fusion: ContextFusion | None = None,
+        since_ts: float | None = None,
+        with_payload: bool = True,
+    ) -> list[list[VectorHit]]:
+        if not vectors:
+            return []
+        if self.resolve(collection) is None:
+            return [[] for _ in vectors]
         flt = _scope_filter(tenant_id, task_id, since_ts)
+        responses = self._client.query_batch_points(
+            collection,
+            requests=[
+                self._request(collection, vector, flt, limit, using, fusion, with_payload)
+                for vector in vectors
+            ],
+        )
+        return [_hits(response.points) for response in responses]
+
+    def _request(
+        self,
+        collection: str,
+        vector: Sequence[float],
+        flt: models.Filter,
+        limit: int,
+        using: str,
+        fusion: ContextFusion | None,
+        with_payload: bool,
+    ) -> models.QueryRequest:
         params = self._search_params(collection)
         if fusion is None:
-            response = self._client.query_points(
-                collection,
+            return models.QueryRequest(
                 query=list(vector),
                 using=using,
-                query_filter=flt,
-                search_params=params,
+                filter=flt,
+                params=params,
                 limit=limit,
                 with_payload=with_payload,
             )
-        else:
-            depth = limit * FUSION_PREFETCH_FACTOR
-            response = self._client.query_points(
-                collection,
-                prefetch=[
-                    models.Prefetch(
-                        query=list(vector),
-                        using=CONTENT_VECTOR,
-                        filter=flt,
-                        params=params,
-                        limit=depth,
-                    ),
-                    models.Prefetch(
-                        query=fusion.context,
-                        using=CONTEXT_VECTOR,
-                        filter=flt,
-                        params=params,
-                        limit=depth,
-                    ),
-                ],
-                # w_content·cos(content) + w_context·cos(context), 0 where a side is absent.
-                query=models.FormulaQuery(
-                    formula=models.SumExpression(
-                        sum=[
-                            models.MultExpression(mult=[fusion.content_weight, "$score[0]"]),
-                            models.MultExpression(mult=[fusion.context_weight, "$score[1]"]),
-                        ]
-                    ),
-                    defaults={"$score[0]": 0.0, "$score[1]": 0.0},
+        depth = limit * FUSION_PREFETCH_FACTOR
+        return models.QueryRequest(
+            prefetch=[
+                models.Prefetch(
+                    query=list(vector), using=CONTENT_VECTOR, filter=flt, params=params, limit=depth
                 ),
-                query_filter=flt,
-                limit=limit,
-                with_payload=with_payload,
-            )
-        return [
-            VectorHit(id=uuid.UUID(str(p.id)), score=float(p.score), payload=p.payload or {})
-            for p in response.points
-        ]
+                models.Prefetch(
+                    query=fusion.context,
+                    using=CONTEXT_VECTOR,
+                    filter=flt,
+                    params=params,
+                    limit=depth,
+                ),
+            ],
+            # w_content·cos(content) + w_context·cos(context), 0 where a side is absent.
+            query=models.FormulaQuery(
+                formula=models.SumExpression(
+                    sum=[
+                        models.MultExpression(mult=[fusion.content_weight, "$score[0]"]),
+                        models.MultExpression(mult=[fusion.context_weight, "$score[1]"]),
+                    ]
+                ),
+                defaults={"$score[0]": 0.0, "$score[1]": 0.0},
+            ),
+            filter=flt,
+            limit=limit,
+            with_payload=with_payload,
+        )
 
     def optimize(self, collection: str) -> None:
         physical = self.resolve(collection)
@@ -385,8 +416,18 @@ def _vectors(point: VectorPoint) -> dict[str, list[float]]:
     return vectors
 
 
+def _hits(points: Sequence[models.ScoredPoint]) -> list[VectorHit]:
+    return [
+        VectorHit(id=uuid.UUID(str(p.id)), score=float(p.score), payload=p.payload or {})
+        for p in points
+    ]
+
+
 def _scope_filter(
-    tenant_id: str | None, task_id: str | None, since_ts: float | None
+    tenant_id: str | None,
+    task_id: str | None,
+    since_ts: float | None,
+    ids: Sequence[uuid.UUID] | None = None,
 ) -> models.Filter:
     must: list[models.Condition] = []
     if tenant_id is not None:
@@ -397,4 +438,6 @@ def _scope_filter(
         must.append(models.FieldCondition(key="task_id", match=models.MatchValue(value=task_id)))
     if since_ts is not None:
         must.append(models.FieldCondition(key="ts", range=models.Range(gte=since_ts)))
+    if ids is not None:
+        must.append(models.HasIdCondition(has_id=[str(i) for i in ids]))
     return models.Filter(must=must)
