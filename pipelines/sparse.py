@@ -18,6 +18,7 @@ import math
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import lru_cache
 
 import numpy as np
 
@@ -77,21 +78,34 @@ def analyze(text: str) -> list[str]:
     """The index terms of ``text``, in order, repeats kept (they are term frequencies)."""
     terms: list[str] = []
     for match in _WORD_RE.finditer(text.casefold()):
-        token = match.group().strip("'.:-+")
-        if not token:
-            continue
-        if _CJK_RE.search(token):
-            terms.extend(_cjk_bigrams(token))
-            continue
-        if token.endswith("'s"):
-            token = token[:-2]
-        parts = _PART_RE.findall(token)
-        if len(parts) > 1:  # an identifier: index it whole and by its parts
-            terms.append(token)
-            terms.extend(stem(part) for part in parts if part not in STOPWORDS)
-        elif token not in STOPWORDS and token.replace("'", "") not in STOPWORDS:
-            terms.append(stem(token.replace("'", "")))
+        terms.extend(_token_terms(match.group()))
     return terms
+
+
+@lru_cache(maxsize=65_536)
+def _token_terms(raw: str) -> tuple[str, ...]:
+    """The terms of one casefolded word-like token, memoised: a vocabulary repeats far more
+    than texts do (Zipf), so most tokens of a new text were analysed before."""
+    token = raw.strip("'.:-+")
+    if not token:
+        return ()
+    if _CJK_RE.search(token):
+        return tuple(_cjk_bigrams(token))
+    if token.endswith("'s"):
+        token = token[:-2]
+    parts = _PART_RE.findall(token)
+    if len(parts) > 1:  # an identifier: index it whole and by its parts
+        return (token, *(stem(part) for part in parts if part not in STOPWORDS))
+    if token not in STOPWORDS and token.replace("'", "") not in STOPWORDS:
+        return (stem(token.replace("'", "")),)
+    return ()
+
+
+@lru_cache(maxsize=16_384)
+def term_counts(text: str) -> tuple[tuple[str, int], ...]:
+    """``analyze``'s terms of ``text`` with their frequencies, memoised: the read path
+    indexes the same memories for its keyword feedback step after step."""
+    return tuple(Counter(analyze(text)).items())
 
 
 class BM25Index:
@@ -124,7 +138,7 @@ class BM25Index:
         """Index ``text`` under ``doc_id``; a second add of the same id replaces the first."""
         if doc_id in self._slot:
             self.remove(doc_id)
-        terms = Counter(analyze(text))
+        terms = Counter(dict(term_counts(text)))
         slot = len(self._ids)
         self._ids.append(doc_id)
         self._slot[doc_id] = slot
