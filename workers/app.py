@@ -3,12 +3,16 @@ timeout, events on for Flower. Built from ``Settings``; nothing connects at impo
 
 from __future__ import annotations
 
+import logging
+
 from celery import Celery
 from celery.signals import worker_process_init, worker_process_shutdown
 from kombu import Exchange, Queue
 
 from config import Settings, get_settings
 from workers.queues import CeleryQueue
+
+log = logging.getLogger(__name__)
 
 TASK_MODULES = (
     "workers.tasks.write",
@@ -77,9 +81,20 @@ app = create_app()
 @worker_process_init.connect
 def _warm_process_clients(**_: object) -> None:
     # Built here, once per pool process, after the fork: never inherited from the parent.
-    from workers.context import get_context
+    from workers.context import get_context, tune_gc
 
     get_context()
+    consumed = getattr(app.amqp.queues, "consume_from", None) or {}
+    if CeleryQueue.RECALL.value in consumed:
+        # The store owner serves context(): its first call should not pay for opening the
+        # stores and loading the tokenizer (about half a second).
+        from workers.tasks.recall import read_stores
+
+        try:
+            read_stores().counter.count("warm")
+        except Exception as exc:  # a store still starting: the first call builds them
+            log.warning("read path not warmed at start: %s", exc)
+    tune_gc()
 
 
 @worker_process_shutdown.connect

@@ -221,6 +221,7 @@ def _scratch(base: Settings, tmp: Path) -> Settings:
 
 def measure(settings: Settings, n: int, *, queries: int, warmup: int, tmp: Path) -> dict[str, Any]:
     from workers.adapters.tokenizer import load_token_counter
+    from workers.context import tune_gc
     from workers.read_service import ReadStores, assemble_for, check_context_call, layout_of
     from workers.tasks.recall import RECALL_THREADS
     from workers.working_memory import WorkingMemoryPool
@@ -277,6 +278,8 @@ def measure(settings: Settings, n: int, *, queries: int, warmup: int, tmp: Path)
             collection=alias,
             executor=executor,
         )
+        # As the store owner does once warm (workers.app at process start).
+        tune_gc()
         rng = random.Random(SEED + n)
         phases: list[TaskPhase | None] = [None, *TaskPhase]
         calls = []
