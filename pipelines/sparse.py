@@ -263,6 +263,48 @@ class BM25Index:
         return [(term, value / total) for term, value in ranked]
 
 
+def feedback_terms(
+    query: str,
+    ranked: Sequence[tuple[str, float]],
+    *,
+    feedback_docs: int = 8,
+    max_terms: int = 8,
+) -> list[tuple[str, float]]:
+    """RM3's term model over a first-pass ranking ``ranked`` ((text, score), best first), as
+    ``BM25Index.expansion_terms`` computes it over its own ranking: each term of the top
+    ``feedback_docs`` texts weighs its frequency there times the text's score relative to the
+    best, times its idf over all of ``ranked``; query terms and terms of one text only are
+    left out. Weights sum to 1.
+
+    For a caller whose search already ranked the texts (PostgreSQL's full-text search on the
+    read path), so that no index is built to rank them again.
+    """
+    docs = [(dict(term_counts(text)), score) for text, score in ranked]
+    top = [(terms, score) for terms, score in docs[:feedback_docs] if score > 0]
+    if not top:
+        return []
+    weighted = query_weights(query)
+    df: Counter[str] = Counter()
+    for terms, _ in docs:
+        df.update(terms.keys())
+    n = len(docs)
+    best = top[0][1]
+    model: dict[str, float] = {}
+    for terms, score in top:
+        length = sum(terms.values()) or 1
+        for term, tf in terms.items():
+            if term in weighted or df[term] < 2:
+                continue  # a term in one text only cannot associate anything
+            model[term] = model.get(term, 0.0) + (tf / length) * (score / best)
+    scored = {
+        term: value * math.log(1.0 + (n - df[term] + 0.5) / (df[term] + 0.5))
+        for term, value in model.items()
+    }
+    ranked_terms = sorted(scored.items(), key=lambda item: (-item[1], item[0]))[:max_terms]
+    total = sum(value for _, value in ranked_terms) or 1.0
+    return [(term, value / total) for term, value in ranked_terms]
+
+
 def query_weights(query: str | Sequence[str]) -> dict[str, float]:
     """Query terms with their counts as weights."""
     terms = analyze(query) if isinstance(query, str) else list(query)

@@ -19,8 +19,9 @@ owner after every restart and fed by every write, compression and eviction), it 
 same with one owner process or many server-mode workers, and the scope sits in the same WHERE
 clause as everything else. With the stored tsvector and its scoped GIN index a search
 costs in the task's matching rows (2.3 ms at 100k memories, where computing ``to_tsvector``
-for every row of the task took 62 ms); the pipeline's BM25 is still used for the
-pseudo-relevance feedback over the 50 rows the search returns.
+for every row of the task took 62 ms); the pseudo-relevance feedback (RM3) takes its terms
+from the 50 rows the search returns, in the search's own ranking, with the pipeline's
+analyzer.
 
 Access bumps leave the read path: the caller publishes ``memory.maintenance.touch_memories``
 with the ids the context delivered; nothing here writes to PostgreSQL.
@@ -60,7 +61,7 @@ from pipelines.ports import LLM, ContextFusion, Embedder, MalformedLLMOutput, Ve
 from pipelines.records import InvalidInput, Level, MemoryType, check_id, check_text
 from pipelines.retrieve import MemoryVersion, MemoryView, RecallHit, RecallPorts, RecallScope
 from pipelines.rewrite import extract_keywords
-from pipelines.sparse import BM25Index
+from pipelines.sparse import feedback_terms
 from pipelines.tokens import TokenCounter
 from workers.index_service import EPISODIC, dense_search_target
 from workers.working_memory import WorkingMemoryPool
@@ -266,13 +267,13 @@ class PostgresRecall:
         ]
 
     def related_terms(self, text: str, scope: RecallScope, limit: int) -> list[str]:
-        """RM3 feedback over the top keyword hits, with the pipeline's BM25 (analyzer and all)."""
+        """RM3 feedback over the top keyword hits in PostgreSQL's ranking, with the
+        pipeline's analyzer and idf over the 50 hits (``pipelines.sparse.feedback_terms``)."""
         rows = self._sparse_rows(text, scope, 50)
         if len(rows) < 2:
             return []
-        index = BM25Index()
-        index.add_many((key, content) for key, content, _ in rows)
-        return [term for term, _ in index.expansion_terms(text, max_terms=limit)]
+        ranked = [(content, score) for _, content, score in rows]
+        return [term for term, _ in feedback_terms(text, ranked, max_terms=limit)]
 
     def search_recent(
         self, text: str, scope: RecallScope, since: datetime, limit: int
@@ -425,9 +426,7 @@ class VectorRecall:
             for future, owner in futures:
                 if owner:
                     hits = next(results)
-                    future.set_result(
-                        [RecallHit.model_construct(id=str(h.id), score=h.score) for h in hits]
-                    )
+                    future.set_result([RecallHit(id=str(h.id), score=h.score) for h in hits])
         by_text = {text: future.result() for text, (future, _) in zip(unique, futures, strict=True)}
         return [list(by_text[text]) for text in texts]
 

@@ -6,7 +6,15 @@ import math
 
 import pytest
 
-from pipelines.sparse import BM25_B, BM25_K1, BM25Index, analyze, query_weights, stem
+from pipelines.sparse import (
+    BM25_B,
+    BM25_K1,
+    BM25Index,
+    analyze,
+    feedback_terms,
+    query_weights,
+    stem,
+)
 
 
 def test_analyzer_folds_stems_and_drops_stopwords() -> None:
@@ -127,6 +135,37 @@ def test_expansion_terms_come_from_the_feedback_documents() -> None:
     assert "lake" in terms and "kid" in terms
     assert sum(terms.values()) == pytest.approx(1.0)
     assert index.expansion_terms("nothing matches this") == []
+
+
+def test_feedback_over_a_given_ranking_is_the_index_own_expansion() -> None:
+    # given texts and the index's own first-pass ranking of them (the rest scored 0)
+    texts = {
+        "1": "Melanie went camping with the kids at the lake",
+        "2": "camping trip: tent, lake, marshmallows and kids",
+        "3": "Caroline joined a painting class",
+        "4": "the lake was cold but the tent stayed dry",
+        "5": "camping again: the kids want a bigger tent",
+    }
+    index = BM25Index()
+    index.add_many(texts.items())
+    hits = index.search("camping tent", limit=10)
+    rest = [(texts[key], 0.0) for key in texts if key not in dict(hits)]
+    ranked = [(texts[key], score) for key, score in hits] + rest
+
+    # when feedback terms are taken from that ranking without the index
+    for feedback_docs, max_terms in ((2, 4), (8, 8)):
+        expected = index.expansion_terms(
+            "camping tent", feedback_docs=feedback_docs, max_terms=max_terms
+        )
+        got = feedback_terms(
+            "camping tent", ranked, feedback_docs=feedback_docs, max_terms=max_terms
+        )
+
+        # then they are the same terms with the same weights
+        assert [t for t, _ in got] == [t for t, _ in expected]
+        assert [w for _, w in got] == pytest.approx([w for _, w in expected])
+    assert feedback_terms("camping", []) == []
+    assert feedback_terms("camping", [("camping trip", 0.0)]) == []
 
 
 def test_empty_index_finds_nothing() -> None:
