@@ -59,6 +59,7 @@ from pipelines.retrieve import (
     RetrievalConfig,
     RetrievalResult,
     retrieve,
+    start_recall,
     term_set,
 )
 from pipelines.rewrite import RewriteLLM, rewrite_query
@@ -670,6 +671,10 @@ def build_context(
 ) -> AssembledContext:
     """Focus → retrieval → assembly for one validated request (what ``context`` runs)."""
     focus = decide_focus(request.query, phase=request.phase, focus=request.focus, llm=focus_llm)
+    if rewrite_llm is None:
+        # The rules' literal variant is the query with its spacing folded (a model's may not
+        # be): its recalls can start before the rewrite is done.
+        start_recall(" ".join(request.query.split()), scope, ports, config, executor)
     variants = rewrite_query(
         request.query,
         llm=rewrite_llm,

@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import math
 import re
+import threading
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from concurrent.futures import Executor
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import lru_cache, partial
@@ -261,6 +262,65 @@ class RecallPorts:
 # -- recall and fusion --------------------------------------------------------------------
 
 
+# How long a caller waits for each job it hands the recall pool to begin (see
+# ``submit_started``); past it the caller goes on anyway.
+START_WAIT_S = 0.005
+
+
+def submit_started(
+    executor: Executor, jobs: Sequence[Callable[[], list[RecallHit]]]
+) -> list[Future[list[RecallHit]]]:
+    """Submit ``jobs`` and wait (at most ``START_WAIT_S`` each) until every one has begun.
+
+    The calling thread's next step is often a vector search in an engine that holds the
+    GIL for its whole duration: a job that has not begun by then cannot even send its
+    query before the search ends, and the pool would overlap nothing. A job that has
+    begun runs until it blocks on its store's answer (which releases the GIL), so once
+    each has begun their queries are on their way.
+    """
+    futures = []
+    events = []
+    for job in jobs:
+        began = threading.Event()
+
+        def run(
+            job: Callable[[], list[RecallHit]] = job, began: threading.Event = began
+        ) -> list[RecallHit]:
+            began.set()
+            return job()
+
+        futures.append(executor.submit(run))
+        events.append(began)
+    for began in events:
+        began.wait(START_WAIT_S)
+    return futures
+
+
+def start_recall(
+    literal: str,
+    scope: RecallScope,
+    ports: RecallPorts,
+    config: RetrievalConfig = DEFAULT_CONFIG,
+    executor: Executor | None = None,
+) -> None:
+    """Start, on ``executor``, the recalls that need only the literal query: its keyword
+    search (which the rewrite's keyword feedback reads too) and the temporal one, so that
+    PostgreSQL answers them while this thread rewrites the query. Their answers are taken
+    later by the same calls (recallers answer a repeated search once); with no executor
+    this does nothing."""
+    if executor is None:
+        return
+    jobs: list[Callable[[], list[RecallHit]]] = [
+        partial(ports.sparse.search_sparse, literal, scope, config.sparse_limit)
+    ]
+    if ports.temporal is not None and config.temporal_limit:
+        since = scope.now - timedelta(hours=config.temporal_window_hours)
+        jobs.append(
+            partial(ports.temporal.search_recent, literal, scope, since, config.temporal_limit)
+        )
+    submit_started(executor, jobs)
+
+
 def recall_all(
     variants: QueryVariants,
     scope: RecallScope,
@@ -289,7 +349,7 @@ def recall_all(
                 ),
             )
         )
-    futures = [executor.submit(job) for _, _, job in jobs] if executor is not None else []
+    futures = submit_started(executor, [job for *_, job in jobs]) if executor is not None else []
     dense_many: Callable[[Sequence[str], RecallScope, int], list[list[RecallHit]]] | None
     dense_many = getattr(ports.dense, "search_dense_many", None)
     if dense_many is not None:

@@ -436,3 +436,24 @@ def test_memory_versions_are_carried_to_assembly() -> None:
     memories = [view("p", "Caroline: long story about Oscar the puppy", versions=(summary,))]
     result = retrieve("Caroline puppy", SCOPE, ports(memories), FACTS)
     assert result.candidates[0].memory.versions == (summary,)
+
+
+def test_the_literal_recalls_start_before_the_rewrite_on_the_executor() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from pipelines.retrieve import start_recall
+
+    bound = ports()
+    scope = RecallScope(tenant_id="t", task_id="k", now=NOW)
+    assert isinstance(bound.temporal, FakeTemporal)
+
+    # without an executor nothing starts
+    start_recall("puppy Oscar", scope, bound)
+    assert bound.sparse.scopes == [] and bound.temporal.scopes == []  # type: ignore[attr-defined]
+
+    # with one, the literal's keyword and temporal recalls run there, in the request's scope
+    with ThreadPoolExecutor(2) as executor:
+        start_recall("puppy Oscar", scope, bound, executor=executor)
+    assert bound.sparse.scopes == [scope]  # type: ignore[attr-defined]
+    assert bound.temporal.scopes == [scope]
+    assert bound.temporal.since == [NOW - timedelta(days=7)]
