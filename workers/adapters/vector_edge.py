@@ -521,12 +521,17 @@ def _vector_sizes(path: Path) -> dict[str, int]:
 def _hits(points: Sequence[qe.ScoredPoint]) -> list[VectorHit]:
     # The engine's own answer, typed here: built without a second validation (a context()
     # call reads a few hundred of them).
-    return [
-        VectorHit.model_construct(
-            id=uuid.UUID(str(p.id)), score=float(p.score), payload=dict(p.payload or {})
+    hits = []
+    for p in points:
+        key = p.id  # the engine builds a new id object on each access: read it once
+        hits.append(
+            VectorHit(
+                id=key if isinstance(key, uuid.UUID) else uuid.UUID(str(key)),
+                score=float(p.score),
+                payload=dict(p.payload or {}),
+            )
         )
-        for p in points
-    ]
+    return hits
 
 
 def _scope_filter(
