@@ -327,10 +327,13 @@ def recall_all(
     ports: RecallPorts,
     config: RetrievalConfig = DEFAULT_CONFIG,
     executor: Executor | None = None,
+    on_dense: Callable[[list[str]], None] | None = None,
 ) -> list[RecallList]:
     """Every recaller on every variant; the store's searches in parallel on ``executor``
     when one is given. A dense recaller with ``search_dense_many`` gets all the variants in
-    one call, made on this thread while the others run."""
+    one call, made on this thread while the others run. ``on_dense`` is then handed the ids
+    recalled so far (dense ones first, then those of the store's searches already answered),
+    before this thread waits for the others."""
     named = list(variants.items())
     jobs: list[tuple[str, str, Callable[[], list[RecallHit]]]] = []
     for name, text in named:
@@ -358,6 +361,13 @@ def recall_all(
         dense_hits = [
             ports.dense.search_dense(text, scope, config.dense_limit) for _, text in named
         ]
+    if on_dense is not None:
+        answered = [list(hits) for hits in dense_hits]
+        answered += [f.result() for f in futures if f.done() and f.exception() is None]
+        # Rank by rank across the lists: roughly the order the fusion will give.
+        depth = max((len(hits) for hits in answered), default=0)
+        known = [hits[rank].id for rank in range(depth) for hits in answered if rank < len(hits)]
+        on_dense(list(dict.fromkeys(known)))
     if executor is None:
         results = [job() for _, _, job in jobs]
     else:
@@ -738,7 +748,19 @@ def retrieve(
             focus=[item.kind.value for item in focus.kinds],
             related=lambda text: ports.sparse.related_terms(text, scope, 8),
         )
-    lists = recall_all(variants, scope, ports, config, executor)
+    # The rows of what is recalled first are read while the other recalls finish: the store
+    # keeps them for the candidates' read after the fusion (a store without memory reads
+    # them again, with the same answer).
+    reading: list[Future[list[MemoryView]]] = []
+
+    def read_early(ids: list[str]) -> None:
+        if executor is not None and ids:
+            wanted = ids[: 2 * fetch_chunk(config.local_rerank_limit)]
+            reading.append(executor.submit(ports.store.fetch, wanted, scope))
+
+    lists = recall_all(variants, scope, ports, config, executor, on_dense=read_early)
+    for future in reading:
+        future.result()
     weights = focus.fusion_weights()
     fused = fuse(
         lists,

@@ -241,6 +241,12 @@ class PostgresRecall:
         self._pool = pool
         self._versions_from_rows = versions_from_rows
         self._memo: _Memo[tuple[Any, ...], Any] = _Memo()
+        # Rows read by this request, and ids found not to be in scope: a second read of the
+        # same ids (an early read, then the candidates' one) asks only for the others.
+        # Keyed by scope too: a row read for one scope is never an answer in another.
+        self._views: dict[tuple[str, str | None, str], MemoryView] = {}
+        self._absent: set[tuple[str, str | None, str]] = set()
+        self._views_lock = threading.Lock()
 
     def _sparse_rows(
         self, text: str, scope: RecallScope, limit: int
@@ -293,8 +299,20 @@ class PostgresRecall:
         return list(hits)
 
     def fetch(self, ids: Sequence[str], scope: RecallScope) -> list[MemoryView]:
-        if not ids:
-            return []
+        """The stored memories among ``ids`` inside ``scope``, in no particular order."""
+        where = (scope.tenant_id, scope.task_id)
+        wanted = [(*where, key) for key in dict.fromkeys(ids)]
+        with self._views_lock:
+            unread = [k for k in wanted if k not in self._views and k not in self._absent]
+        if unread:
+            views = self._read([k[2] for k in unread], scope)
+            with self._views_lock:
+                self._views.update(((*where, view.id), view) for view in views)
+                self._absent.update(set(unread) - {(*where, view.id) for view in views})
+        with self._views_lock:
+            return [self._views[k] for k in wanted if k in self._views]
+
+    def _read(self, ids: Sequence[str], scope: RecallScope) -> list[MemoryView]:
         params = {**_scope_params(scope), "ids": list(ids)}
         versions: dict[str, list[MemoryVersion]] = {}
         with (

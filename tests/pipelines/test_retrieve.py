@@ -457,3 +457,35 @@ def test_the_literal_recalls_start_before_the_rewrite_on_the_executor() -> None:
     assert bound.sparse.scopes == [scope]  # type: ignore[attr-defined]
     assert bound.temporal.scopes == [scope]
     assert bound.temporal.since == [NOW - timedelta(days=7)]
+
+
+def test_rows_of_the_first_recalls_are_read_while_the_others_finish() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    class ReadsRecorded(FakeStore):
+        def __init__(self, memories: Sequence[MemoryView]) -> None:
+            super().__init__(memories)
+            self.reads: list[list[str]] = []
+
+        def fetch(self, ids: Sequence[str], scope: RecallScope) -> list[MemoryView]:
+            self.reads.append(list(ids))
+            return super().fetch(ids, scope)
+
+    store = ReadsRecorded(MEMORIES)
+    bound = RecallPorts(
+        dense=FakeDense(MEMORIES), sparse=FakeSparse(MEMORIES), temporal=None, store=store
+    )
+    query = "What is the name of Caroline's puppy?"
+
+    # when the pipeline runs with a recall pool
+    with ThreadPoolExecutor(2) as pool:
+        result = retrieve(query, SCOPE, bound, FACTS, executor=pool)
+
+    # then the dense hits' rows were read first, in the request's scope, and the answer is
+    # the one without a pool
+    dense_ids = [hit.id for hit in FakeDense(MEMORIES).search_dense(query, SCOPE, 50)]
+    assert store.reads[0][0] == dense_ids[0]
+    assert set(dense_ids) <= set(store.reads[0])
+    assert set(store.scopes) == {SCOPE}
+    sequential = retrieve(query, SCOPE, ports(), FACTS)
+    assert [c.memory.id for c in result.candidates] == [c.memory.id for c in sequential.candidates]

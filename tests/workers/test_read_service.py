@@ -352,3 +352,25 @@ def test_similarity_reads_the_stored_vectors_of_the_ids_inside_the_scope(tmp_pat
         assert recall.similarity("anything", [], SCOPE) == {}
     finally:
         index.close()
+
+
+def test_a_second_read_of_the_same_rows_asks_only_for_the_new_ones(db, pool) -> None:  # type: ignore[no-untyped-def]
+    mine = insert(db, "Invoices stay in PostgreSQL.")
+    other = insert(db, "Ledger export runs nightly.")
+    theirs = insert(db, "tenant B memory", tenant="other")
+    recall = PostgresRecall(pool, versions_from_rows=False)
+    missing = str(uuid.uuid4())
+
+    # when the rows are read early, then again with one more id, inside the scope
+    first = recall.fetch([mine, theirs, missing], SCOPE)
+    with psycopg.connect(db.info.dsn, autocommit=True) as conn:
+        conn.execute("UPDATE memories SET content = 'changed' WHERE id = %s", (mine,))
+    second = recall.fetch([missing, other, mine, theirs], SCOPE)
+
+    # then the second answer reuses the first read (one request sees one version of a row),
+    # reads the new id, and the other tenant's row is never an answer
+    assert [v.id for v in first] == [mine]
+    assert [v.id for v in second] == [other, mine]
+    assert second[1].content == "Invoices stay in PostgreSQL."
+    # and another scope on the same recaller reads its own rows
+    assert recall.fetch([theirs], RecallScope(tenant_id="other", task_id="billing", now=NOW))
