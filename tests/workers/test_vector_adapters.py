@@ -192,6 +192,38 @@ def test_the_context_vector_is_searched_alone_or_fused(index: VectorIndex) -> No
     assert context_led[0].id == other.id
 
 
+def test_a_fused_score_is_the_weighted_sum_of_both_cosines(index: VectorIndex) -> None:
+    # given points with content and context vectors, fewer than a fused search reads
+    index.ensure_collection(ALIAS, DIM)
+    points = _points(24, "a", 5)
+    index.upsert(ALIAS, points)
+    rng = np.random.default_rng(9)
+    query, context = _unit(rng), _unit(rng)
+    fusion = ContextFusion(context=context, content_weight=0.7, context_weight=0.3)
+
+    # when fused searches run alone and in a batch
+    single = index.search(ALIAS, query, tenant_id="a", limit=8, fusion=fusion)
+    [batched, _] = index.search_many(
+        ALIAS, [query, points[0].vector], tenant_id="a", limit=8, fusion=fusion
+    )
+
+    # then each is the top 8 by 0.7·cos(content) + 0.3·cos(context), scores included
+    expected = sorted(
+        (
+            (
+                0.7 * float(np.dot(p.vector, query))
+                + 0.3 * float(np.dot(p.context or [0.0] * DIM, context)),
+                p.id,
+            )
+            for p in points
+        ),
+        reverse=True,
+    )[:8]
+    for hits in (single, batched):
+        assert [h.id for h in hits] == [key for _, key in expected]
+        assert [h.score for h in hits] == pytest.approx([score for score, _ in expected], abs=1e-5)
+
+
 def test_a_point_without_context_is_still_found(index: VectorIndex) -> None:
     index.ensure_collection(ALIAS, DIM)
     point = VectorPoint(

@@ -408,19 +408,45 @@ class EdgeIndex:
         fusion: ContextFusion | None,
         with_payload: bool,
     ) -> list[list[VectorHit]]:
-        """One planned batch for every vector (a fused search is two prefetches, one per
-        named vector, and the weighted sum of their scores as the formula)."""
+        """One planned batch for every vector.
+
+        A fused search is fused here, not by the engine's prefetch-and-formula query: the
+        batch holds each content search and *one* context search (the step's context is
+        the same for every vector), and the weighted sum is taken over the union of the
+        two answers, a point missing from one counting 0 there, which is what the formula
+        computes. At 100k points three fused searches took 17–19 ms with the formula and
+        7 ms this way (the formula ran both prefetches once per vector); at 10k the two
+        measured the same.
+        """
         with self._using(collection) as held:
             if held is None:
                 return [[] for _ in vectors]
             physical, shard = held
             params = qe.SearchParams(hnsw_ef=self._ef.get(physical))
-            requests = [
-                _request(vector, flt, params, limit, using, fusion, with_payload)
-                for vector in vectors
-            ]
+            if fusion is None:
+                requests = [
+                    _nearest(vector, using, flt, params, limit, with_payload) for vector in vectors
+                ]
+            else:
+                depth = limit * FUSION_PREFETCH_FACTOR
+                requests = [
+                    _nearest(vector, CONTENT_VECTOR, flt, params, depth, with_payload)
+                    for vector in vectors
+                ]
+                requests.append(
+                    _nearest(fusion.context, CONTEXT_VECTOR, flt, params, depth, with_payload)
+                )
             answers = shard.query_batch(qe.QueryBatchRequest(requests))
-        return [_hits(points) for points in answers]
+        if fusion is None:
+            return [_hits(points) for points in answers]
+        *contents, context = answers
+        context_scores: dict[Any, float] = {}
+        payloads: dict[Any, Any] = {}
+        for p in context:
+            key = p.id  # the engine builds a new id object on each access: read it once
+            context_scores[key] = fusion.context_weight * float(p.score)
+            payloads[key] = p.payload
+        return [_fused(points, context_scores, payloads, fusion, limit) for points in contents]
 
     def optimize(self, collection: str) -> None:
         with self.require(collection) as (_, shard):
@@ -437,59 +463,53 @@ class EdgeIndex:
             self._in_use.clear()
 
 
-def _request(
+def _nearest(
     vector: Sequence[float],
+    using: str,
     flt: qe.Filter,
     params: qe.SearchParams,
     limit: int,
-    using: str,
-    fusion: ContextFusion | None,
     with_payload: bool,
 ) -> qe.QueryRequest:
-    if fusion is None:
-        return qe.QueryRequest(
-            limit=limit,
-            query=qe.Query.Nearest(list(vector), using=using),
-            filter=flt,
-            params=params,
-            with_payload=with_payload,
-        )
-    depth = limit * FUSION_PREFETCH_FACTOR
     return qe.QueryRequest(
         limit=limit,
-        prefetches=[
-            qe.Prefetch(
-                limit=depth,
-                query=qe.Query.Nearest(list(vector), using=CONTENT_VECTOR),
-                filter=flt,
-                params=params,
-            ),
-            qe.Prefetch(
-                limit=depth,
-                query=qe.Query.Nearest(fusion.context, using=CONTEXT_VECTOR),
-                filter=flt,
-                params=params,
-            ),
-        ],
-        query=_weighted_sum(fusion),
+        query=qe.Query.Nearest(list(vector), using=using),
         filter=flt,
+        params=params,
         with_payload=with_payload,
     )
 
 
-def _weighted_sum(fusion: ContextFusion) -> qe.Formula:
-    """w_content·cos(content) + w_context·cos(context); a point missing from one prefetch
-    (or without a context vector) scores 0 on that side."""
-    e = qe.Expression
-    return qe.Formula(
-        e.Sum(
-            [
-                e.Mult([e.Constant(fusion.content_weight), e.Variable("$score[0]")]),
-                e.Mult([e.Constant(fusion.context_weight), e.Variable("$score[1]")]),
-            ]
-        ),
-        defaults={"$score[0]": 0.0, "$score[1]": 0.0},
-    )
+def _fused(
+    content: Sequence[qe.ScoredPoint],
+    context_scores: dict[Any, float],
+    context_payloads: dict[Any, Any],
+    fusion: ContextFusion,
+    limit: int,
+) -> list[VectorHit]:
+    """w_content·cos(content) + w_context·cos(context) over the union of a content search
+    and the context search (given weighted), best first, ties by id."""
+    scores = dict(context_scores)
+    payloads = dict(context_payloads)
+    weight = fusion.content_weight
+    for p in content:
+        key = p.id
+        scores[key] = scores.get(key, 0.0) + weight * float(p.score)
+        payloads[key] = p.payload
+    best = sorted(scores.items(), key=_best_first)[:limit]
+    return [
+        VectorHit(
+            id=key if isinstance(key, uuid.UUID) else uuid.UUID(str(key)),
+            score=score,
+            payload=dict(payloads[key] or {}),
+        )
+        for key, score in best
+    ]
+
+
+def _best_first(item: tuple[Any, float]) -> tuple[float, Any]:
+    # Ties by id: ids of one collection are all UUIDs, compared only when scores tie.
+    return (-item[1], item[0])
 
 
 def _point(point: VectorPoint) -> qe.Point:
