@@ -327,13 +327,13 @@ def recall_all(
     ports: RecallPorts,
     config: RetrievalConfig = DEFAULT_CONFIG,
     executor: Executor | None = None,
-    on_dense: Callable[[list[str]], None] | None = None,
+    on_recalled: Callable[[list[str]], None] | None = None,
 ) -> list[RecallList]:
     """Every recaller on every variant; the store's searches in parallel on ``executor``
     when one is given. A dense recaller with ``search_dense_many`` gets all the variants in
-    one call, made on this thread while the others run. ``on_dense`` is then handed the ids
-    recalled so far (dense ones first, then those of the store's searches already answered),
-    before this thread waits for the others."""
+    one call, made on this thread while the others run. ``on_recalled`` is handed the ids
+    recalled so far, rank by rank across the lists: before the dense searches (the store's
+    searches already answered) and after them."""
     named = list(variants.items())
     jobs: list[tuple[str, str, Callable[[], list[RecallHit]]]] = []
     for name, text in named:
@@ -353,6 +353,8 @@ def recall_all(
             )
         )
     futures = submit_started(executor, [job for *_, job in jobs]) if executor is not None else []
+    if on_recalled is not None:
+        on_recalled(_by_rank([f.result() for f in futures if f.done() and f.exception() is None]))
     dense_many: Callable[[Sequence[str], RecallScope, int], list[list[RecallHit]]] | None
     dense_many = getattr(ports.dense, "search_dense_many", None)
     if dense_many is not None:
@@ -361,13 +363,10 @@ def recall_all(
         dense_hits = [
             ports.dense.search_dense(text, scope, config.dense_limit) for _, text in named
         ]
-    if on_dense is not None:
+    if on_recalled is not None:
         answered = [list(hits) for hits in dense_hits]
         answered += [f.result() for f in futures if f.done() and f.exception() is None]
-        # Rank by rank across the lists: roughly the order the fusion will give.
-        depth = max((len(hits) for hits in answered), default=0)
-        known = [hits[rank].id for rank in range(depth) for hits in answered if rank < len(hits)]
-        on_dense(list(dict.fromkeys(known)))
+        on_recalled(_by_rank(answered))
     if executor is None:
         results = [job() for _, _, job in jobs]
     else:
@@ -382,6 +381,14 @@ def recall_all(
         for (source, variant, _), hits in list(zip(jobs, results, strict=True))[len(named) :]
     ]
     return lists
+
+
+def _by_rank(lists: Sequence[Sequence[RecallHit]]) -> list[str]:
+    """The ids of ``lists`` rank by rank (every list's first, then every second, ...),
+    once each: roughly the order the fusion will give."""
+    depth = max((len(hits) for hits in lists), default=0)
+    ids = [hits[rank].id for rank in range(depth) for hits in lists if rank < len(hits)]
+    return list(dict.fromkeys(ids))
 
 
 def fuse(
@@ -748,17 +755,22 @@ def retrieve(
             focus=[item.kind.value for item in focus.kinds],
             related=lambda text: ports.sparse.related_terms(text, scope, 8),
         )
-    # The rows of what is recalled first are read while the other recalls finish: the store
-    # keeps them for the candidates' read after the fusion (a store without memory reads
-    # them again, with the same answer).
+    # The rows of what is recalled first are read while the other recalls run (PostgreSQL
+    # answers while the vector search holds this thread): the store keeps them for the
+    # candidates' read after the fusion (a store without memory reads them again, with the
+    # same answer).
     reading: list[Future[list[MemoryView]]] = []
 
+    requested: set[str] = set()
+
     def read_early(ids: list[str]) -> None:
-        if executor is not None and ids:
-            wanted = ids[: 2 * fetch_chunk(config.local_rerank_limit)]
+        room = 2 * fetch_chunk(config.local_rerank_limit) - len(requested)
+        wanted = [key for key in ids if key not in requested][: max(0, room)]
+        if executor is not None and wanted:
+            requested.update(wanted)
             reading.append(executor.submit(ports.store.fetch, wanted, scope))
 
-    lists = recall_all(variants, scope, ports, config, executor, on_dense=read_early)
+    lists = recall_all(variants, scope, ports, config, executor, on_recalled=read_early)
     for future in reading:
         future.result()
     weights = focus.fusion_weights()

@@ -351,3 +351,52 @@ def test_an_edge_store_from_before_aliases_is_moved_behind_one(tmp_path: Path) -
     assert index.collections() == [f"{ALIAS}__g1"]
     assert index.count(ALIAS) == 4
     index.close()
+
+
+def test_ids_that_share_a_joined_form_stay_apart(index: VectorIndex) -> None:
+    # given two scopes whose tenant and task joined by a separator would read the same
+    index.ensure_collection(ALIAS, DIM)
+    rng = np.random.default_rng(4)
+    mine = VectorPoint(
+        id=uuid.uuid4(), vector=_unit(rng), payload={"tenant_id": "a", "task_id": "b/c"}
+    )
+    theirs = VectorPoint(
+        id=uuid.uuid4(), vector=_unit(rng), payload={"tenant_id": "a/b", "task_id": "c"}
+    )
+    index.upsert(ALIAS, [mine, theirs])
+
+    # when each scope searches with the other's vector
+    hits = index.search(ALIAS, theirs.vector, tenant_id="a", task_id="b/c", limit=10)
+    other = index.search(ALIAS, mine.vector, tenant_id="a/b", task_id="c", limit=10)
+
+    # then each finds only its own point, whose payload is what was written
+    assert [h.id for h in hits] == [mine.id]
+    assert [h.id for h in other] == [theirs.id]
+    assert hits[0].payload == {"tenant_id": "a", "task_id": "b/c"}
+    assert index.retrieve(ALIAS, [mine.id])[0].payload == mine.payload
+
+
+def test_an_edge_collection_from_before_the_scope_field_still_searches_by_task(
+    tmp_path: Path,
+) -> None:
+    # given a collection whose state does not list it as scoped (built by an older version)
+    store = EdgeIndex(tmp_path / "store")
+    store.ensure_collection(ALIAS, DIM)
+    points = _points(20, "a", 1)
+    store.upsert(ALIAS, points)
+    store.close()
+    state_path = tmp_path / "store" / ALIAS_FILE
+    state = json.loads(state_path.read_text())
+    assert state["scoped"] == [f"{ALIAS}__g1"]
+    state["scoped"] = []
+    state_path.write_text(json.dumps(state))
+
+    # when it is reopened and searched inside a task
+    reopened = EdgeIndex(tmp_path / "store")
+    try:
+        hits = reopened.search(ALIAS, points[0].vector, tenant_id="a", task_id="t0", limit=50)
+        # then the tenant and task conditions still scope it
+        assert {h.payload["task_id"] for h in hits} == {"t0"}
+        assert len(hits) == 10 and hits[0].id == points[0].id
+    finally:
+        reopened.close()

@@ -34,11 +34,13 @@ import qdrant_edge as qe
 from pipelines.ports import (
     CONTENT_VECTOR,
     CONTEXT_VECTOR,
+    SCOPE_FIELD,
     CollectionParams,
     CollectionStats,
     ContextFusion,
     VectorHit,
     VectorPoint,
+    scope_key,
 )
 
 CONFIG_FILE = "edge_config.json"
@@ -54,6 +56,7 @@ INDEXED_FIELDS: tuple[tuple[str, qe.PayloadSchemaType], ...] = (
     ("task_id", qe.PayloadSchemaType.Keyword),
     ("level", qe.PayloadSchemaType.Integer),
     ("ts", qe.PayloadSchemaType.Float),
+    (SCOPE_FIELD, qe.PayloadSchemaType.Keyword),
 )
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 _PQ = {
@@ -80,6 +83,9 @@ class EdgeIndex:
         self._versions: dict[str, str] = {
             k: str(v) for k, v in state.get("embedding_version", {}).items()
         }
+        # Collections built since points carry SCOPE_FIELD (indexed): a task-scoped search
+        # filters on it. Older ones keep the tenant and task conditions until a rebuild.
+        self._scoped: set[str] = {str(k) for k in state.get("scoped", [])}
 
     # -- names ------------------------------------------------------------------------------
 
@@ -132,6 +138,9 @@ class EdgeIndex:
                 table[retired] = table.pop(name)
         if name in self._versions:
             self._versions[retired] = self._versions.pop(name)
+        if name in self._scoped:
+            self._scoped.discard(name)
+            self._scoped.add(retired)
         self._dims.pop(name, None)
         return retired
 
@@ -141,6 +150,7 @@ class EdgeIndex:
             "deleted": self._deleted,
             "search_ef": self._ef,
             "embedding_version": self._versions,
+            "scoped": sorted(self._scoped),
         }
         tmp = self._root / f".{ALIAS_FILE}.{os.getpid()}.tmp"
         with tmp.open("w") as fh:
@@ -256,6 +266,7 @@ class EdgeIndex:
             self._shards[name] = shard
             self._deleted[name] = 0
             self._ef[name] = params.search_ef
+            self._scoped.add(name)
             if embedding_version is not None:
                 self._versions[name] = embedding_version
             else:
@@ -288,6 +299,7 @@ class EdgeIndex:
             self._deleted.pop(name, None)
             self._ef.pop(name, None)
             self._versions.pop(name, None)
+            self._scoped.discard(name)
             self._dims = {k: v for k, v in self._dims.items() if k != name}
             self._save()
             shutil.rmtree(self._path(name), ignore_errors=True)
@@ -356,7 +368,7 @@ class EdgeIndex:
                     id=uuid.UUID(str(record.id)),
                     vector=list(vectors[CONTENT_VECTOR]),
                     context=list(vectors[CONTEXT_VECTOR]) if CONTEXT_VECTOR in vectors else None,
-                    payload=dict(record.payload or {}),
+                    payload=_own_payload(record.payload),
                 )
             )
         return out
@@ -377,8 +389,8 @@ class EdgeIndex:
     ) -> list[VectorHit]:
         if ids is not None and not ids:
             return []
-        flt = _scope_filter(tenant_id, task_id, since_ts, ids)
-        return self._query(collection, [vector], flt, limit, using, fusion, with_payload)[0]
+        where = (tenant_id, task_id, since_ts, ids)
+        return self._query(collection, [vector], where, limit, using, fusion, with_payload)[0]
 
     def search_many(
         self,
@@ -395,20 +407,20 @@ class EdgeIndex:
     ) -> list[list[VectorHit]]:
         if not vectors:
             return []
-        flt = _scope_filter(tenant_id, task_id, since_ts)
-        return self._query(collection, vectors, flt, limit, using, fusion, with_payload)
+        where = (tenant_id, task_id, since_ts, None)
+        return self._query(collection, vectors, where, limit, using, fusion, with_payload)
 
     def _query(
         self,
         collection: str,
         vectors: Sequence[Sequence[float]],
-        flt: qe.Filter,
+        where: tuple[str, str | None, float | None, Sequence[uuid.UUID] | None],
         limit: int,
         using: str,
         fusion: ContextFusion | None,
         with_payload: bool,
     ) -> list[list[VectorHit]]:
-        """One planned batch for every vector.
+        """One planned batch for every vector, inside ``where`` (tenant, task, since, ids).
 
         A fused search is fused here, not by the engine's prefetch-and-formula query: the
         batch holds each content search and *one* context search (the step's context is
@@ -422,6 +434,7 @@ class EdgeIndex:
             if held is None:
                 return [[] for _ in vectors]
             physical, shard = held
+            flt = _scope_filter(*where, scoped=physical in self._scoped)
             params = qe.SearchParams(hnsw_ef=self._ef.get(physical))
             if fusion is None:
                 requests = [
@@ -501,7 +514,7 @@ def _fused(
         VectorHit(
             id=key if isinstance(key, uuid.UUID) else uuid.UUID(str(key)),
             score=score,
-            payload=dict(payloads[key] or {}),
+            payload=_own_payload(payloads[key]),
         )
         for key, score in best
     ]
@@ -516,7 +529,18 @@ def _point(point: VectorPoint) -> qe.Point:
     vectors: dict[str, Any] = {CONTENT_VECTOR: point.vector}
     if point.context is not None:
         vectors[CONTEXT_VECTOR] = point.context
-    return qe.Point(point.id, vectors, point.payload)
+    payload = dict(point.payload)
+    tenant, task = payload.get("tenant_id"), payload.get("task_id")
+    if isinstance(tenant, str) and isinstance(task, str):
+        payload[SCOPE_FIELD] = scope_key(tenant, task)
+    return qe.Point(point.id, vectors, payload)
+
+
+def _own_payload(payload: dict[str, Any] | None) -> dict[str, Any]:
+    """A point's payload as its writer gave it (the adapter's scope field left out)."""
+    if not payload:
+        return {}
+    return {key: value for key, value in payload.items() if key != SCOPE_FIELD}
 
 
 def _read_state(path: Path) -> dict[str, Any]:
@@ -548,7 +572,7 @@ def _hits(points: Sequence[qe.ScoredPoint]) -> list[VectorHit]:
             VectorHit(
                 id=key if isinstance(key, uuid.UUID) else uuid.UUID(str(key)),
                 score=float(p.score),
-                payload=dict(p.payload or {}),
+                payload=_own_payload(p.payload),
             )
         )
     return hits
@@ -559,8 +583,16 @@ def _scope_filter(
     task_id: str | None,
     since_ts: float | None,
     ids: Sequence[uuid.UUID] | None = None,
+    *,
+    scoped: bool = False,
 ) -> qe.Filter:
+    """The search's scope as engine conditions. In a ``scoped`` collection a tenant's task
+    is one condition on ``SCOPE_FIELD`` (the tenant's stays, as a second guard)."""
     must: list[qe.FieldCondition | qe.HasIdCondition] = []
+    if scoped and tenant_id is not None and task_id is not None:
+        key = scope_key(tenant_id, task_id)
+        must.append(qe.FieldCondition(key=SCOPE_FIELD, match=qe.MatchValue(key)))
+        task_id = None
     if tenant_id is not None:
         must.append(qe.FieldCondition(key="tenant_id", match=qe.MatchValue(tenant_id)))
     if task_id is not None:
