@@ -170,12 +170,16 @@ def _run_agent(settings: Settings, tenant: str, *, flower_ok: bool, interactions
 def _show_context(client: MemoryClient, tenant: str) -> None:
     """The read path an agent calls before each step: partitions within a budget."""
     query = "Why are the webhooks blocked, and what did we decide about the ledger?"
-    started = time.perf_counter()
-    context = client.context(TASK, query, CONTEXT_BUDGET_TOKENS, "execution", tenant_id=tenant)
-    elapsed_ms = (time.perf_counter() - started) * 1000
+    elapsed_ms = []
+    for _ in range(2):  # the first call in a process also loads the tokenizer here
+        started = time.perf_counter()
+        context = client.context(TASK, query, CONTEXT_BUDGET_TOKENS, "execution", tenant_id=tenant)
+        elapsed_ms.append((time.perf_counter() - started) * 1000)
     print(
         f"== context() for {query!r}: {context.total_tokens} of {context.budget_tokens} tokens "
-        f"({context.tokenizer}), {elapsed_ms:.0f} ms through the owner"
+        f"({context.tokenizer}); through the owner {elapsed_ms[1]:.0f} ms "
+        f"(first call {elapsed_ms[0]:.0f} ms: this process loads the tokenizer that checks "
+        "the budget)"
     )
     for part in context.partitions:
         if part.items:
