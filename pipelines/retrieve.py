@@ -310,15 +310,31 @@ def start_recall(
     this does nothing."""
     if executor is None:
         return
-    jobs: list[Callable[[], list[RecallHit]]] = [
-        partial(ports.sparse.search_sparse, literal, scope, config.sparse_limit)
+    submit_started(
+        executor, [job for *_, job in _store_jobs([("literal", literal)], scope, ports, config)]
+    )
+
+
+def _store_jobs(
+    named: Sequence[tuple[str, str]],
+    scope: RecallScope,
+    ports: RecallPorts,
+    config: RetrievalConfig,
+) -> list[tuple[str, str, Callable[[], list[RecallHit]]]]:
+    """(source, variant, job) of the store's recalls: each named text's keyword search,
+    then the temporal one of the literal text. One builder for ``start_recall`` and
+    ``recall_all``: a search started early is answered once only if both ask it the same
+    way (``since`` included)."""
+    jobs: list[tuple[str, str, Callable[[], list[RecallHit]]]] = [
+        ("sparse", name, partial(ports.sparse.search_sparse, text, scope, config.sparse_limit))
+        for name, text in named
     ]
-    if ports.temporal is not None and config.temporal_limit:
+    literal = dict(named).get("literal")
+    if ports.temporal is not None and config.temporal_limit and literal is not None:
         since = scope.now - timedelta(hours=config.temporal_window_hours)
-        jobs.append(
-            partial(ports.temporal.search_recent, literal, scope, since, config.temporal_limit)
-        )
-    submit_started(executor, jobs)
+        recent = partial(ports.temporal.search_recent, literal, scope, since, config.temporal_limit)
+        jobs.append(("temporal", "literal", recent))
+    return jobs
 
 
 def recall_all(
@@ -335,23 +351,7 @@ def recall_all(
     recalled so far, rank by rank across the lists: before the dense searches (the store's
     searches already answered) and after them."""
     named = list(variants.items())
-    jobs: list[tuple[str, str, Callable[[], list[RecallHit]]]] = []
-    for name, text in named:
-        jobs.append(
-            ("sparse", name, partial(ports.sparse.search_sparse, text, scope, config.sparse_limit))
-        )
-    if ports.temporal is not None and config.temporal_limit:
-        since = scope.now - timedelta(hours=config.temporal_window_hours)
-        temporal = ports.temporal
-        jobs.append(
-            (
-                "temporal",
-                "literal",
-                lambda: temporal.search_recent(
-                    variants.literal, scope, since, config.temporal_limit
-                ),
-            )
-        )
+    jobs = _store_jobs(named, scope, ports, config)
     futures = submit_started(executor, [job for *_, job in jobs]) if executor is not None else []
     if on_recalled is not None:
         on_recalled(_by_rank([f.result() for f in futures if f.done() and f.exception() is None]))
@@ -378,7 +378,9 @@ def recall_all(
         lists.append(RecallList(source="sparse", variant=name, hits=tuple(results[index])))
     lists += [
         RecallList(source=source, variant=variant, hits=tuple(hits))
-        for (source, variant, _), hits in list(zip(jobs, results, strict=True))[len(named) :]
+        for (source, variant, _), hits in zip(
+            jobs[len(named) :], results[len(named) :], strict=True
+        )
     ]
     return lists
 

@@ -179,8 +179,7 @@ class BM25Index:
 
     def idf(self, term: str) -> float:
         """Lucene's BM25 idf: never negative, so a very common term still counts a little."""
-        df = self.document_frequency(term)
-        return math.log(1.0 + (self._live - df + 0.5) / (df + 0.5))
+        return bm25_idf(self.document_frequency(term), self._live)
 
     def _posting_arrays(self, term: str) -> tuple[np.ndarray, np.ndarray]:
         arrays = self._arrays.get(term)
@@ -248,19 +247,8 @@ class BM25Index:
         top = self.search(weighted, limit=feedback_docs)
         if not top:
             return []
-        best = top[0][1]
-        model: dict[str, float] = {}
-        for doc_id, score in top:
-            terms = self._terms[self._slot[doc_id]]
-            length = sum(terms.values()) or 1
-            for term, tf in terms.items():
-                if term in weighted or self.document_frequency(term) < 2:
-                    continue  # a term in one document only cannot associate anything
-                model[term] = model.get(term, 0.0) + (tf / length) * (score / best)
-        scored = {term: value * self.idf(term) for term, value in model.items()}
-        ranked = sorted(scored.items(), key=lambda item: (-item[1], item[0]))[:max_terms]
-        total = sum(value for _, value in ranked) or 1.0
-        return [(term, value / total) for term, value in ranked]
+        docs = [(self._terms[self._slot[doc_id]], score) for doc_id, score in top]
+        return _term_model(weighted, docs, self.document_frequency, self._live, max_terms)
 
 
 def feedback_terms(
@@ -283,26 +271,38 @@ def feedback_terms(
     top = [(terms, score) for terms, score in docs[:feedback_docs] if score > 0]
     if not top:
         return []
-    weighted = query_weights(query)
     df: Counter[str] = Counter()
     for terms, _ in docs:
         df.update(terms.keys())
-    n = len(docs)
+    return _term_model(query_weights(query), top, df.__getitem__, len(docs), max_terms)
+
+
+def _term_model(
+    weighted: Mapping[str, float],
+    top: Sequence[tuple[Mapping[str, int], float]],
+    df: Callable[[str], int],
+    n: int,
+    max_terms: int,
+) -> list[tuple[str, float]]:
+    """RM3's term model over the feedback documents ``top`` ((term counts, score), best
+    first), with document frequencies ``df`` over ``n`` documents. Weights sum to 1."""
     best = top[0][1]
     model: dict[str, float] = {}
     for terms, score in top:
         length = sum(terms.values()) or 1
         for term, tf in terms.items():
-            if term in weighted or df[term] < 2:
-                continue  # a term in one text only cannot associate anything
+            if term in weighted or df(term) < 2:
+                continue  # a term in one document only cannot associate anything
             model[term] = model.get(term, 0.0) + (tf / length) * (score / best)
-    scored = {
-        term: value * math.log(1.0 + (n - df[term] + 0.5) / (df[term] + 0.5))
-        for term, value in model.items()
-    }
-    ranked_terms = sorted(scored.items(), key=lambda item: (-item[1], item[0]))[:max_terms]
-    total = sum(value for _, value in ranked_terms) or 1.0
-    return [(term, value / total) for term, value in ranked_terms]
+    scored = {term: value * bm25_idf(df(term), n) for term, value in model.items()}
+    ranked = sorted(scored.items(), key=lambda item: (-item[1], item[0]))[:max_terms]
+    total = sum(value for _, value in ranked) or 1.0
+    return [(term, value / total) for term, value in ranked]
+
+
+def bm25_idf(df: int, n: int) -> float:
+    """Lucene's BM25 idf of a term in ``df`` of ``n`` documents: never negative."""
+    return math.log(1.0 + (n - df + 0.5) / (df + 0.5))
 
 
 def query_weights(query: str | Sequence[str]) -> dict[str, float]:

@@ -218,11 +218,7 @@ class _Memo(Generic[K, V]):
             return out
 
     def get(self, key: K, compute: Callable[[], V]) -> V:
-        with self._lock:
-            future = self._futures.get(key)
-            owner = future is None
-            if future is None:
-                future = self._futures[key] = Future()
+        [(future, owner)] = self.claim([key])
         if owner:
             try:
                 future.set_result(compute())

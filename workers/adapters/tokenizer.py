@@ -101,6 +101,10 @@ class HFTokenizerCounter:
         self._tokenizer: Any = Tokenizer.from_file(str(path))
         self._name = name
         self._additive_after_newline = is_built_like_deepseek_v4(self._tokenizer)
+        # encode_batch_fast (tokenizers >= 0.20) skips offsets; older ones have encode_batch.
+        self._encode_batch: Any = (
+            getattr(self._tokenizer, "encode_batch_fast", None) or self._tokenizer.encode_batch
+        )
 
     @property
     def name(self) -> str:
@@ -119,8 +123,7 @@ class HFTokenizerCounter:
         lines: 0.36 against 0.66 ms here)."""
         if not texts:
             return []
-        encode = getattr(self._tokenizer, "encode_batch_fast", None) or self._tokenizer.encode_batch
-        return [len(encoding.ids) for encoding in encode(list(texts), add_special_tokens=False)]
+        return [len(e.ids) for e in self._encode_batch(list(texts), add_special_tokens=False)]
 
 
 class DeepSeekPurePythonCounter:
