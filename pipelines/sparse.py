@@ -76,10 +76,7 @@ def _cjk_bigrams(token: str) -> list[str]:
 
 def analyze(text: str) -> list[str]:
     """The index terms of ``text``, in order, repeats kept (they are term frequencies)."""
-    terms: list[str] = []
-    for match in _WORD_RE.finditer(text.casefold()):
-        terms.extend(_token_terms(match.group()))
-    return terms
+    return list(itertools.chain.from_iterable(map(_token_terms, _WORD_RE.findall(text.casefold()))))
 
 
 @lru_cache(maxsize=65_536)
