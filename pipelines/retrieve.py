@@ -343,18 +343,13 @@ def recall_all(
     ports: RecallPorts,
     config: RetrievalConfig = DEFAULT_CONFIG,
     executor: Executor | None = None,
-    on_recalled: Callable[[list[str]], None] | None = None,
 ) -> list[RecallList]:
     """Every recaller on every variant; the store's searches in parallel on ``executor``
     when one is given. A dense recaller with ``search_dense_many`` gets all the variants in
-    one call, made on this thread while the others run. ``on_recalled`` is handed the ids
-    recalled so far, rank by rank across the lists: before the dense searches (the store's
-    searches already answered) and after them."""
+    one call, made on this thread while the others run."""
     named = list(variants.items())
     jobs = _store_jobs(named, scope, ports, config)
     futures = submit_started(executor, [job for *_, job in jobs]) if executor is not None else []
-    if on_recalled is not None:
-        on_recalled(_by_rank([f.result() for f in futures if f.done() and f.exception() is None]))
     dense_many: Callable[[Sequence[str], RecallScope, int], list[list[RecallHit]]] | None
     dense_many = getattr(ports.dense, "search_dense_many", None)
     if dense_many is not None:
@@ -363,10 +358,6 @@ def recall_all(
         dense_hits = [
             ports.dense.search_dense(text, scope, config.dense_limit) for _, text in named
         ]
-    if on_recalled is not None:
-        answered = [list(hits) for hits in dense_hits]
-        answered += [f.result() for f in futures if f.done() and f.exception() is None]
-        on_recalled(_by_rank(answered))
     if executor is None:
         results = [job() for _, _, job in jobs]
     else:
@@ -383,14 +374,6 @@ def recall_all(
         )
     ]
     return lists
-
-
-def _by_rank(lists: Sequence[Sequence[RecallHit]]) -> list[str]:
-    """The ids of ``lists`` rank by rank (every list's first, then every second, ...),
-    once each: roughly the order the fusion will give."""
-    depth = max((len(hits) for hits in lists), default=0)
-    ids = [hits[rank].id for rank in range(depth) for hits in lists if rank < len(hits)]
-    return list(dict.fromkeys(ids))
 
 
 def fuse(
@@ -757,24 +740,11 @@ def retrieve(
             focus=[item.kind.value for item in focus.kinds],
             related=lambda text: ports.sparse.related_terms(text, scope, 8),
         )
-    # The rows of what is recalled first are read while the other recalls run (PostgreSQL
-    # answers while the vector search holds this thread): the store keeps them for the
-    # candidates' read after the fusion (a store without memory reads them again, with the
-    # same answer).
-    reading: list[Future[list[MemoryView]]] = []
-
-    requested: set[str] = set()
-
-    def read_early(ids: list[str]) -> None:
-        room = 2 * fetch_chunk(config.local_rerank_limit) - len(requested)
-        wanted = [key for key in ids if key not in requested][: max(0, room)]
-        if executor is not None and wanted:
-            requested.update(wanted)
-            reading.append(executor.submit(ports.store.fetch, wanted, scope))
-
-    lists = recall_all(variants, scope, ports, config, executor, on_recalled=read_early)
-    for future in reading:
-        future.result()
+    # The candidates' rows are read once the lists are fused, not as the lists come in:
+    # reading the first-ranked ids early (in the pool, while the vector search ran) read
+    # twice the rows the candidates need, and measured call by call against reading after
+    # the fusion it cost ~2 ms at 10k memories and ~4 ms at 100k (docs/decisions.md).
+    lists = recall_all(variants, scope, ports, config, executor)
     weights = focus.fusion_weights()
     fused = fuse(
         lists,

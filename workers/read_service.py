@@ -238,7 +238,8 @@ class PostgresRecall:
         self._versions_from_rows = versions_from_rows
         self._memo: _Memo[tuple[Any, ...], Any] = _Memo()
         # Rows read by this request, and ids found not to be in scope: a second read of the
-        # same ids (an early read, then the candidates' one) asks only for the others.
+        # same ids (a caller reading more of a ranking it read part of) asks only for the
+        # others, and sees the rows as it first read them.
         # Keyed by scope too: a row read for one scope is never an answer in another.
         self._views: dict[tuple[str, str | None, str], MemoryView] = {}
         self._absent: set[tuple[str, str | None, str]] = set()

@@ -361,7 +361,7 @@ def test_a_second_read_of_the_same_rows_asks_only_for_the_new_ones(db, pool) -> 
     recall = PostgresRecall(pool, versions_from_rows=False)
     missing = str(uuid.uuid4())
 
-    # when the rows are read early, then again with one more id, inside the scope
+    # when rows are read, then again with one more id, inside the scope
     first = recall.fetch([mine, theirs, missing], SCOPE)
     with psycopg.connect(db.info.dsn, autocommit=True) as conn:
         conn.execute("UPDATE memories SET content = 'changed' WHERE id = %s", (mine,))
