@@ -75,15 +75,17 @@ def beat(log_dir: Path):  # type: ignore[no-untyped-def]
 def test_a_worker_killed_mid_task_is_finished_exactly_once_after_a_restart(
     client, workers, beat, stub: OpenAIStub, db, settings: Settings
 ) -> None:  # type: ignore[no-untyped-def]
-    # given a write worker whose model answers slowly, and the relay running
+    # given three writes recorded while no write worker runs (so that the first drain claims
+    # all three in one batch: a worker already up could claim the first one alone), a model
+    # that answers slowly, and the relay running
     env = stub.worker_env(job_lease_s=3, llm_timeout_s=30)
     stub.control("slow", delay_s=2.0)
-    first = workers("write", env=env)
+    ids = [client.record(note, **SCOPE).memory_id for note in NOTES]
     workers("maintenance", ("maintenance",), env=env)
     beat(env)
 
-    # when three writes are recorded and the worker is SIGKILLed while the model is thinking
-    ids = [client.record(note, **SCOPE).memory_id for note in NOTES]
+    # when a write worker starts and is SIGKILLed while the model is thinking
+    first = workers("write", env=env)
     wait_for(lambda: stub.count("chat") >= 1, 30, "the drain to call the model")
     first.kill()
     first.proc.wait(timeout=10)
