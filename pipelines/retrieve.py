@@ -28,7 +28,7 @@ from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import lru_cache, partial
-from typing import Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -303,16 +303,37 @@ def start_recall(
     config: RetrievalConfig = DEFAULT_CONFIG,
     executor: Executor | None = None,
 ) -> None:
-    """Start, on ``executor``, the recalls that need only the literal query: its keyword
-    search (which the rewrite's keyword feedback reads too) and the temporal one, so that
-    PostgreSQL answers them while this thread rewrites the query. Their answers are taken
-    later by the same calls (recallers answer a repeated search once); with no executor
-    this does nothing."""
-    if executor is None:
-        return
-    submit_started(
-        executor, [job for *_, job in _store_jobs([("literal", literal)], scope, ports, config)]
+    """Start the recalls that need only the literal query: its keyword search (which the
+    rewrite's keyword feedback reads too) and the temporal one, so that the store answers
+    them while this thread rewrites the query. A recaller that can queue a search
+    (``queue_sparse``, ``queue_recent``) sends it now; the others' go to ``executor``.
+    Their answers are taken later by the same calls (recallers answer a repeated search
+    once); a search neither queued nor handed to an executor simply runs later."""
+    jobs = _store_jobs([("literal", literal)], scope, ports, config)
+    _start(jobs, executor)
+
+
+class _Job(NamedTuple):
+    source: str
+    variant: str
+    run: Callable[[], list[RecallHit]]
+    # Sends the search ahead on the recaller's own connection (None: it cannot).
+    queue: Callable[[], None] | None
+
+
+def _start(jobs: Sequence[_Job], executor: Executor | None) -> list[Future[list[RecallHit]] | None]:
+    """Queue the jobs that can be queued, hand the others to ``executor``: each job's
+    future, or None where the job's own call reads its answer (queued, or no executor)."""
+    for job in jobs:
+        if job.queue is not None:
+            job.queue()
+    pooled = [job for job in jobs if job.queue is None] if executor is not None else []
+    futures = iter(
+        submit_started(executor, [job.run for job in pooled])
+        if executor is not None and pooled
+        else []
     )
+    return [next(futures) if job.queue is None and pooled else None for job in jobs]
 
 
 def _store_jobs(
@@ -320,20 +341,33 @@ def _store_jobs(
     scope: RecallScope,
     ports: RecallPorts,
     config: RetrievalConfig,
-) -> list[tuple[str, str, Callable[[], list[RecallHit]]]]:
-    """(source, variant, job) of the store's recalls: each named text's keyword search,
-    then the temporal one of the literal text. One builder for ``start_recall`` and
-    ``recall_all``: a search started early is answered once only if both ask it the same
-    way (``since`` included)."""
-    jobs: list[tuple[str, str, Callable[[], list[RecallHit]]]] = [
-        ("sparse", name, partial(ports.sparse.search_sparse, text, scope, config.sparse_limit))
+) -> list[_Job]:
+    """The store's recalls: each named text's keyword search, then the temporal one of the
+    literal text. One builder for ``start_recall`` and ``recall_all``: a search started
+    early is answered once only if both ask it the same way (``since`` included)."""
+    queue_sparse = getattr(ports.sparse, "queue_sparse", None)
+    jobs = [
+        _Job(
+            "sparse",
+            name,
+            partial(ports.sparse.search_sparse, text, scope, config.sparse_limit),
+            partial(queue_sparse, text, scope, config.sparse_limit) if queue_sparse else None,
+        )
         for name, text in named
     ]
     literal = dict(named).get("literal")
     if ports.temporal is not None and config.temporal_limit and literal is not None:
         since = scope.now - timedelta(hours=config.temporal_window_hours)
-        recent = partial(ports.temporal.search_recent, literal, scope, since, config.temporal_limit)
-        jobs.append(("temporal", "literal", recent))
+        args = (literal, scope, since, config.temporal_limit)
+        queue_recent = getattr(ports.temporal, "queue_recent", None)
+        jobs.append(
+            _Job(
+                "temporal",
+                "literal",
+                partial(ports.temporal.search_recent, *args),
+                partial(queue_recent, *args) if queue_recent else None,
+            )
+        )
     return jobs
 
 
@@ -344,12 +378,14 @@ def recall_all(
     config: RetrievalConfig = DEFAULT_CONFIG,
     executor: Executor | None = None,
 ) -> list[RecallList]:
-    """Every recaller on every variant; the store's searches in parallel on ``executor``
-    when one is given. A dense recaller with ``search_dense_many`` gets all the variants in
-    one call, made on this thread while the others run."""
+    """Every recaller on every variant. The store's searches are queued on its connection
+    when it can (PostgreSQL runs them while this thread searches the vectors), else run in
+    parallel on ``executor`` when one is given. A dense recaller with
+    ``search_dense_many`` gets all the variants in one call, made on this thread while the
+    others run."""
     named = list(variants.items())
     jobs = _store_jobs(named, scope, ports, config)
-    futures = submit_started(executor, [job for *_, job in jobs]) if executor is not None else []
+    futures = _start(jobs, executor)
     dense_many: Callable[[Sequence[str], RecallScope, int], list[list[RecallHit]]] | None
     dense_many = getattr(ports.dense, "search_dense_many", None)
     if dense_many is not None:
@@ -358,10 +394,10 @@ def recall_all(
         dense_hits = [
             ports.dense.search_dense(text, scope, config.dense_limit) for _, text in named
         ]
-    if executor is None:
-        results = [job() for _, _, job in jobs]
-    else:
-        results = [future.result() for future in futures]
+    results = [
+        future.result() if future is not None else job.run()
+        for job, future in zip(jobs, futures, strict=True)
+    ]
     # Each variant's dense list, then its sparse one, then the temporal list.
     lists = []
     for index, (name, _) in enumerate(named):
@@ -369,7 +405,7 @@ def recall_all(
         lists.append(RecallList(source="sparse", variant=name, hits=tuple(results[index])))
     lists += [
         RecallList(source=source, variant=variant, hits=tuple(hits))
-        for (source, variant, _), hits in zip(
+        for (source, variant, *_), hits in zip(
             jobs[len(named) :], results[len(named) :], strict=True
         )
     ]

@@ -34,13 +34,15 @@ import logging
 import math
 import threading
 import uuid
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor, Future
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any, Generic, TypeVar
 
+from psycopg import Connection
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
@@ -217,6 +219,10 @@ class _Memo(Generic[K, V]):
                     out.append((future, False))
             return out
 
+    def has(self, key: K) -> bool:
+        with self._lock:
+            return key in self._futures
+
     def get(self, key: K, compute: Callable[[], V]) -> V:
         [(future, owner)] = self.claim([key])
         if owner:
@@ -225,6 +231,14 @@ class _Memo(Generic[K, V]):
             except Exception as exc:
                 future.set_exception(exc)
         return future.result()
+
+
+def _sparse_answer(rows: list[Any]) -> list[tuple[str, str, float]]:
+    return [(row[0], row[1], float(row[2])) for row in rows]
+
+
+def _recent_answer(rows: list[Any]) -> list[RecallHit]:
+    return [RecallHit(id=row[0], score=float(row[1])) for row in rows]
 
 
 class PostgresRecall:
@@ -237,6 +251,13 @@ class PostgresRecall:
         self._pool = pool
         self._versions_from_rows = versions_from_rows
         self._memo: _Memo[tuple[Any, ...], Any] = _Memo()
+        # Searches sent ahead (``queue_sparse``, ``queue_recent``) on the request's own
+        # connection in pipeline mode: PostgreSQL runs them while this thread goes on, and
+        # the first caller of the same search reads the answer.
+        self._queued: dict[tuple[Any, ...], Callable[[], Any]] = {}
+        self._held: ExitStack | None = None
+        self._held_conn: Connection[Any] | None = None
+        self._held_lock = threading.RLock()
         # Rows read by this request, and ids found not to be in scope: a second read of the
         # same ids (a caller reading more of a ranking it read part of) asks only for the
         # others, and sees the rows as it first read them.
@@ -244,6 +265,70 @@ class PostgresRecall:
         self._views: dict[tuple[str, str | None, str], MemoryView] = {}
         self._absent: set[tuple[str, str | None, str]] = set()
         self._views_lock = threading.Lock()
+        # Reads sent ahead (``queue_fetch``): their ids, and the call that takes the rows.
+        self._sent: set[tuple[str, str | None, str]] = set()
+        self._reads: list[
+            tuple[list[tuple[str, str | None, str]], Callable[[], list[MemoryView]]]
+        ] = []
+
+    def __enter__(self) -> PostgresRecall:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Give the request's connection back (answers queued and never read included)."""
+        with self._held_lock:
+            held, self._held, self._held_conn = self._held, None, None
+            self._queued.clear()
+        if held is not None:
+            held.close()
+
+    def _pipelined(self) -> Connection[Any]:
+        """The request's connection in pipeline mode, taken from the pool on first use."""
+        with self._held_lock:
+            if self._held_conn is None:
+                stack = ExitStack()
+                try:
+                    conn = stack.enter_context(self._pool.connection())
+                    stack.enter_context(conn.pipeline())
+                except BaseException:
+                    stack.close()
+                    raise
+                self._held, self._held_conn = stack, conn
+            return self._held_conn
+
+    @contextmanager
+    def _connection(self) -> Iterator[Connection[Any]]:
+        """The request's pipelined connection once it has one (its queued answers come in
+        order on it), else one from the pool for this statement."""
+        with self._held_lock:
+            held = self._held_conn
+        if held is not None:
+            with self._held_lock:
+                yield held
+        else:
+            with self._pool.connection() as conn:
+                yield conn
+
+    def _queue(
+        self,
+        key: tuple[Any, ...],
+        sql: str,
+        params: dict[str, Any],
+        parse: Callable[[list[Any]], Any],
+    ) -> None:
+        with self._held_lock:
+            if key in self._queued or self._memo.has(key):
+                return
+            cursor = self._pipelined().cursor()
+            cursor.execute(sql, params)
+            self._queued[key] = lambda: parse(cursor.fetchall())
+
+    def _take(self, key: tuple[Any, ...], run: Callable[[], Any]) -> Callable[[], Any]:
+        with self._held_lock:
+            return self._queued.pop(key, run)
 
     def _sparse_rows(
         self, text: str, scope: RecallScope, limit: int
@@ -252,16 +337,27 @@ class PostgresRecall:
         if not query:
             return []
 
-        def run() -> list[tuple[str, str, float]]:
-            params = {**_scope_params(scope), "q": query, "limit": limit}
-            with self._pool.connection() as conn:
-                rows = conn.execute(scoped(SPARSE_SQL, scope), params).fetchall()
-            return [(row[0], row[1], float(row[2])) for row in rows]
+        key, sql, params = self._sparse_query(query, scope, limit)
 
-        rows: list[tuple[str, str, float]] = self._memo.get(
-            ("sparse", scope.tenant_id, scope.task_id, query, limit), run
-        )
+        def run() -> list[tuple[str, str, float]]:
+            with self._connection() as conn:
+                return _sparse_answer(conn.execute(sql, params).fetchall())
+
+        rows: list[tuple[str, str, float]] = self._memo.get(key, self._take(key, run))
         return rows
+
+    @staticmethod
+    def _sparse_query(
+        query: str, scope: RecallScope, limit: int
+    ) -> tuple[tuple[Any, ...], str, dict[str, Any]]:
+        key = ("sparse", scope.tenant_id, scope.task_id, query, limit)
+        return key, scoped(SPARSE_SQL, scope), {**_scope_params(scope), "q": query, "limit": limit}
+
+    def queue_sparse(self, text: str, scope: RecallScope, limit: int) -> None:
+        """Send ``search_sparse``'s query now; the call itself reads its answer later."""
+        query = tsquery_of(text)
+        if query:
+            self._queue(*self._sparse_query(query, scope, limit), _sparse_answer)
 
     def search_sparse(self, text: str, scope: RecallScope, limit: int) -> list[RecallHit]:
         return [
@@ -281,19 +377,27 @@ class PostgresRecall:
     def search_recent(
         self, text: str, scope: RecallScope, since: datetime, limit: int
     ) -> list[RecallHit]:
-        query = tsquery_of(text)
+        key, sql, params = self._recent_query(text, scope, since, limit)
 
         def run() -> list[RecallHit]:
-            params = {**_scope_params(scope), "q": query, "since": since, "limit": limit}
-            sql = scoped(TEMPORAL_RANKED_SQL if query else TEMPORAL_NEWEST_SQL, scope)
-            with self._pool.connection() as conn:
-                rows = conn.execute(sql, params).fetchall()
-            return [RecallHit(id=row[0], score=float(row[1])) for row in rows]
+            with self._connection() as conn:
+                return _recent_answer(conn.execute(sql, params).fetchall())
 
-        hits: list[RecallHit] = self._memo.get(
-            ("recent", scope.tenant_id, scope.task_id, query, since, limit), run
-        )
+        hits: list[RecallHit] = self._memo.get(key, self._take(key, run))
         return list(hits)
+
+    @staticmethod
+    def _recent_query(
+        text: str, scope: RecallScope, since: datetime, limit: int
+    ) -> tuple[tuple[Any, ...], str, dict[str, Any]]:
+        query = tsquery_of(text)
+        key = ("recent", scope.tenant_id, scope.task_id, query, since, limit)
+        params = {**_scope_params(scope), "q": query, "since": since, "limit": limit}
+        return key, scoped(TEMPORAL_RANKED_SQL if query else TEMPORAL_NEWEST_SQL, scope), params
+
+    def queue_recent(self, text: str, scope: RecallScope, since: datetime, limit: int) -> None:
+        """Send ``search_recent``'s query now; the call itself reads its answer later."""
+        self._queue(*self._recent_query(text, scope, since, limit), _recent_answer)
 
     def fetch(self, ids: Sequence[str], scope: RecallScope) -> list[MemoryView]:
         """The stored memories among ``ids`` inside ``scope``, in no particular order."""
@@ -313,7 +417,7 @@ class PostgresRecall:
         params = {**_scope_params(scope), "ids": list(ids)}
         versions: dict[str, list[MemoryVersion]] = {}
         with (
-            self._pool.connection() as conn,
+            self._connection() as conn,
             conn.cursor(row_factory=dict_row) as cur,
             conn.cursor(row_factory=dict_row) as vcur,
         ):
@@ -693,18 +797,19 @@ def assemble_for(
         ),
     )
     ports = RecallPorts(dense=dense, sparse=store, temporal=store, store=store)
-    return build_context(
-        request,
-        sources,
-        scope=scope,
-        ports=ports,
-        counter=stores.counter,
-        focus_llm=focus_llm,
-        rewrite_llm=remote,
-        rerank_llm=remote,
-        layout=stores.layout,
-        executor=stores.executor,
-    )
+    with store:
+        return build_context(
+            request,
+            sources,
+            scope=scope,
+            ports=ports,
+            counter=stores.counter,
+            focus_llm=focus_llm,
+            rewrite_llm=remote,
+            rerank_llm=remote,
+            layout=stores.layout,
+            executor=stores.executor,
+        )
 
 
 def delivered_memory_ids(context: AssembledContext) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -457,6 +458,60 @@ def test_the_literal_recalls_start_before_the_rewrite_on_the_executor() -> None:
     assert bound.sparse.scopes == [scope]  # type: ignore[attr-defined]
     assert bound.temporal.scopes == [scope]
     assert bound.temporal.since == [NOW - timedelta(days=7)]
+
+
+def test_recallers_that_queue_their_searches_get_them_sent_first_not_pooled() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from pipelines.retrieve import start_recall
+
+    events: list[str] = []
+
+    class QueuingSparse(FakeSparse):
+        def queue_sparse(self, text: str, scope: RecallScope, limit: int) -> None:
+            events.append(f"queue sparse {text}")
+
+        def search_sparse(self, text: str, scope: RecallScope, limit: int) -> list[RecallHit]:
+            events.append(f"read sparse {text}")
+            return super().search_sparse(text, scope, limit)
+
+    class QueuingTemporal(FakeTemporal):
+        def queue_recent(self, text: str, scope: RecallScope, since: datetime, limit: int) -> None:
+            events.append(f"queue recent {text}")
+
+    class DenseLogged(FakeDense):
+        def search_dense(self, text: str, scope: RecallScope, limit: int) -> list[RecallHit]:
+            events.append("dense")
+            return super().search_dense(text, scope, limit)
+
+    class NoPool(ThreadPoolExecutor):
+        def submit(self, *args: Any, **kwargs: Any) -> Any:
+            raise AssertionError("a queued search was handed to the pool")
+
+    bound = RecallPorts(
+        dense=DenseLogged(MEMORIES),
+        sparse=QueuingSparse(MEMORIES),
+        temporal=QueuingTemporal(MEMORIES),
+        store=FakeStore(MEMORIES),
+    )
+    query = "What is the name of Caroline's puppy?"
+
+    # when the literal recalls start, then the whole pipeline runs, with a pool at hand
+    with NoPool(2) as pool:
+        start_recall(query, SCOPE, bound, executor=pool)
+        assert events == [f"queue sparse {query}", f"queue recent {query}"]
+        result = retrieve(query, SCOPE, bound, FACTS, executor=pool)
+
+    # then every keyword search was sent before the first dense search and read after it
+    first_dense = events.index("dense")
+    queued = [i for i, e in enumerate(events) if e.startswith("queue sparse")]
+    reads = [i for i, e in enumerate(events) if e.startswith("read sparse")]
+    assert len(queued) == 1 + len(result.variants.items())  # literal early, then each variant
+    assert max(queued) < first_dense < min(reads)
+    # and the answer is the one of a store that cannot queue
+    assert [c.memory.id for c in result.candidates] == [
+        c.memory.id for c in retrieve(query, SCOPE, ports(), FACTS).candidates
+    ]
 
 
 def test_with_a_recall_pool_rows_are_read_once_after_fusion_in_scope() -> None:

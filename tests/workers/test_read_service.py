@@ -126,6 +126,68 @@ def test_temporal_recall_reads_the_last_seven_days_of_the_task(db, pool) -> None
     assert len(recall.search_recent("deployed", SCOPE, since, 1)) == 1
 
 
+def test_queued_searches_answer_as_direct_ones_on_one_connection_given_back(db, pool) -> None:  # type: ignore[no-untyped-def]
+    # given memories in two scopes, and a recaller that queues its searches
+    mine = [insert(db, f"Deployed the invoices service, step {n}.") for n in range(3)]
+    insert(db, "Deployed tenant B's invoices.", tenant="other")
+    since = NOW - timedelta(days=7)
+    direct = PostgresRecall(pool, versions_from_rows=False)
+    expected_sparse = direct.search_sparse("deployed invoices", SCOPE, 50)
+    expected_recent = direct.search_recent("deployed invoices", SCOPE, since, 20)
+    before = pool.get_stats()["pool_available"]
+
+    with PostgresRecall(pool, versions_from_rows=False) as queued:
+        # when both searches are sent ahead, then asked (the keyword one twice, as the
+        # rewrite's feedback and the literal variant do), and a row is read on the way
+        queued.queue_sparse("deployed invoices", SCOPE, 50)
+        queued.queue_recent("deployed invoices", SCOPE, since, 20)
+        queued.queue_sparse("deployed invoices", SCOPE, 50)  # a second send is a no-op
+        views = queued.fetch(mine[:1], SCOPE)
+        sparse = queued.search_sparse("deployed invoices", SCOPE, 50)
+        recent = queued.search_recent("deployed invoices", SCOPE, since, 20)
+        again = queued.search_sparse("deployed invoices", SCOPE, 50)
+        # then the request held one connection for all of it
+        assert pool.get_stats()["pool_available"] == before - 1
+
+    # then the answers are the direct ones, inside the scope, and the connection is back
+    assert [view.id for view in views] == mine[:1]
+    assert sparse == again == expected_sparse
+    assert {hit.id for hit in sparse} == set(mine)
+    assert recent == expected_recent
+    assert pool.get_stats()["pool_available"] == before
+
+
+def test_a_queued_search_never_read_is_dropped_and_the_connection_reused(db, pool) -> None:  # type: ignore[no-untyped-def]
+    insert(db, "Deployed the invoices service.")
+    for _ in range(3 * pool.max_size):
+        with PostgresRecall(pool, versions_from_rows=False) as queued:
+            queued.queue_sparse("deployed invoices", SCOPE, 50)
+            queued.queue_recent("deployed", SCOPE, NOW - timedelta(days=7), 20)
+    # every connection came back usable, out of pipeline mode
+    with pool.connection() as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+    with PostgresRecall(pool, versions_from_rows=False) as recall:
+        assert len(recall.search_sparse("deployed invoices", SCOPE, 50)) == 1
+
+
+def test_a_failing_queued_search_raises_on_its_read_and_gives_the_connection_back(db, pool) -> None:  # type: ignore[no-untyped-def]
+    from workers import read_service
+
+    before = pool.get_stats()["pool_available"]
+    recall = PostgresRecall(pool, versions_from_rows=False)
+    original = read_service.SPARSE_SQL
+    read_service.SPARSE_SQL = original.replace("memories m", "no_such_table m")
+    try:
+        with recall, pytest.raises(psycopg.errors.UndefinedTable):
+            recall.queue_sparse("deployed invoices", SCOPE, 50)
+            recall.search_sparse("deployed invoices", SCOPE, 50)
+    finally:
+        read_service.SPARSE_SQL = original
+    assert pool.get_stats()["pool_available"] == before
+    with PostgresRecall(pool, versions_from_rows=False) as fresh:
+        assert fresh.search_sparse("deployed invoices", SCOPE, 50) == []
+
+
 def test_fetch_reads_back_only_the_scope_with_compressed_versions(db, pool) -> None:  # type: ignore[no-untyped-def]
     long = "We decided to keep invoices in PostgreSQL because the ledger needs transactions. " * 3
     mine = insert(db, long, summary="Invoices stay in PostgreSQL: the ledger needs transactions.")
