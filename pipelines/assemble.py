@@ -220,6 +220,13 @@ def _text_features(text: str, memory_type: MemoryType | None) -> tuple[float, bo
     return density_of(text, memory_type), holds_identifiers(text)
 
 
+def _eviction_order(
+    items: Sequence[ContextItem], now: datetime, focus_terms: Sequence[str]
+) -> list[int]:
+    scores = [_score(item, now, focus_terms) for item in items]
+    return sorted(range(len(items)), key=lambda i: (items[i].must_keep, scores[i], i))
+
+
 def _render(name: Partition, lines: Sequence[str]) -> str:
     if not lines:
         return ""
@@ -247,9 +254,6 @@ def fit_partition(
     """
     if budget_tokens < 0:
         raise ValueError(f"budget_tokens must be >= 0, got {budget_tokens}")
-    scores = [_score(item, now, focus_terms) for item in items]
-    # Eviction order: must_keep last, then lowest score first, then the earlier item first.
-    order = sorted(range(len(items)), key=lambda i: (items[i].must_keep, scores[i], i))
     version = [0] * len(items)
     texts = [item.line(0) for item in items]
     kept = [True] * len(items)
@@ -265,6 +269,9 @@ def fit_partition(
         live = [c for c, k in zip(costs, kept, strict=True) if k]
         return header + sum(live) if live else 0
 
+    # Eviction order, scored only when something must give way: must_keep last, then the
+    # lowest score first, then the earlier item first.
+    order = _eviction_order(items, now, focus_terms) if total() > budget_tokens else []
     while total() > budget_tokens:  # 1: compress, lowest score first, one level a sweep
         progressed = False
         for i in order:
@@ -304,6 +311,7 @@ def fit_partition(
             used = counter.count(text) if text else 0
         if used <= budget_tokens:
             break
+        order = order or _eviction_order(items, now, focus_terms)
         kept[next(i for i in order if kept[i])] = False
     placed = tuple(
         PlacedItem(id=items[i].id, version=version[i], truncated=truncated[i], tokens=costs[i])
