@@ -514,15 +514,20 @@ def _fused(
     scores = dict(context_scores)
     payloads = dict(context_payloads) if with_payload else context_payloads
     weight = fusion.content_weight
+    # The content side's own id objects are handed back (building a UUID costs ~0.7 µs).
+    ids: dict[int, uuid.UUID] = {}
     for p in content:
-        key = _int_id(p.id)
+        point_id = p.id
+        key = _int_id(point_id)
+        if isinstance(point_id, uuid.UUID):
+            ids[key] = point_id
         scores[key] = scores.get(key, 0.0) + weight * p.score
         if with_payload:
             payloads[key] = p.payload
     best = heapq.nsmallest(limit, scores.items(), key=_best_first)
     return [
         VectorHit(
-            id=uuid.UUID(int=key),
+            id=ids.get(key) or uuid.UUID(int=key),
             score=score,
             payload=_own_payload(payloads.get(key)) if with_payload else {},
         )
