@@ -21,7 +21,7 @@ summaries live (the Redis pool) is the caller's business; the window logic is he
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
 from datetime import datetime
 from functools import lru_cache
@@ -665,24 +665,32 @@ def assemble_context(
 
 def build_context(
     request: ContextRequest,
-    sources: ContextSources,
+    sources: ContextSources | Callable[[], ContextSources],
     *,
     scope: RecallScope,
     ports: RecallPorts,
     counter: TokenCounter,
     focus_llm: FocusLLM | None = None,
+    focus: FocusDirective | None = None,
     rewrite_llm: RewriteLLM | None = None,
     rerank_llm: RerankLLM | None = None,
     layout: PartitionLayout = DEFAULT_LAYOUT,
     config: RetrievalConfig = DEFAULT_CONFIG,
     executor: Executor | None = None,
 ) -> AssembledContext:
-    """Focus → retrieval → assembly for one validated request (what ``context`` runs)."""
-    focus = decide_focus(request.query, phase=request.phase, focus=request.focus, llm=focus_llm)
+    """Focus → retrieval → assembly for one validated request (what ``context`` runs).
+    ``focus``, when given, is the request's directive already decided by the caller (with
+    ``focus_llm``): it is not asked again. ``sources`` may be a call that gathers them: it
+    is made once the literal query's recalls are on their way, so that the store searches
+    while the caller reads its own stores (the working-memory window)."""
+    if focus is None:
+        focus = decide_focus(request.query, phase=request.phase, focus=request.focus, llm=focus_llm)
     if rewrite_llm is None:
         # The rules' literal variant is the query with its spacing folded (a model's may not
         # be): its recalls can start before the rewrite is done.
         start_recall(" ".join(request.query.split()), scope, ports, config, executor)
+    if not isinstance(sources, ContextSources):
+        sources = sources()
     variants = rewrite_query(
         request.query,
         llm=rewrite_llm,

@@ -58,8 +58,8 @@ from pipelines.assemble import (
 )
 from pipelines.budget import Partition, PartitionLayout, layout_from_budgets
 from pipelines.embedding_context import fusion_weights, query_context_text
-from pipelines.focus import FocusDirective, TaskPhase, decide_focus
-from pipelines.ports import LLM, ContextFusion, Embedder, MalformedLLMOutput, VectorIndex
+from pipelines.focus import decide_focus
+from pipelines.ports import LLM, ContextFusion, Embedder, VectorIndex
 from pipelines.records import InvalidInput, Level, MemoryType, check_id, check_text
 from pipelines.retrieve import MemoryVersion, MemoryView, RecallHit, RecallPorts, RecallScope
 from pipelines.rewrite import extract_keywords
@@ -715,41 +715,6 @@ def check_context_call(
     )
 
 
-class _FocusOnce:
-    """The LLM's focus calls, made once per request: ``assemble_for`` decides the focus first
-    (for the dense search's context), then ``replay`` hands ``build_context``'s own decision
-    the same answers (malformed ones included) in the same order."""
-
-    def __init__(self, llm: LLM) -> None:
-        self._llm = llm
-        self._outcomes: list[FocusDirective | MalformedLLMOutput] = []
-        self._next: int | None = None
-
-    @property
-    def name(self) -> str:
-        return self._llm.name
-
-    def replay(self) -> None:
-        self._next = 0
-
-    def focus_directive(
-        self, query: str, phase: TaskPhase | None, hint: str | None
-    ) -> FocusDirective:
-        if self._next is not None and self._next < len(self._outcomes):
-            outcome = self._outcomes[self._next]
-            self._next += 1
-        else:
-            try:
-                outcome = self._llm.focus_directive(query, phase, hint)
-            except MalformedLLMOutput as exc:
-                outcome = exc
-            if self._next is None:
-                self._outcomes.append(outcome)
-        if isinstance(outcome, MalformedLLMOutput):
-            raise outcome
-        return outcome
-
-
 def assemble_for(
     stores: ReadStores,
     call: ContextCall,
@@ -759,33 +724,35 @@ def assemble_for(
     """Run ``build_context`` for one validated call against the bound stores."""
     now = now or datetime.now(UTC)
     request = call.request
-    window = stores.working_memory.advance(
-        call.tenant_id, request.task_id, call.session_id, stores.llm, stores.counter
-    )
-    sources = ContextSources(
-        system=call.system,
-        task_context=tuple(
-            ContextItem(id=f"task:{index}", text=text, must_keep=True)
-            for index, text in enumerate(call.task_context)
-        ),
-        summaries=window.summaries,
-        turns=window.turns,
-        variables=tuple(WorkingVariable(key=key, value=value) for key, value in call.variables),
-        scratch=tuple(
-            ContextItem(id=f"scratch:{index}", text=text, timestamp=now)
-            for index, text in enumerate(call.scratch)
-        ),
-    )
+
+    def sources() -> ContextSources:
+        # Called by build_context once PostgreSQL has the literal query's recalls: Redis
+        # answers the window's reads meanwhile.
+        window = stores.working_memory.advance(
+            call.tenant_id, request.task_id, call.session_id, stores.llm, stores.counter
+        )
+        return ContextSources(
+            system=call.system,
+            task_context=tuple(
+                ContextItem(id=f"task:{index}", text=text, must_keep=True)
+                for index, text in enumerate(call.task_context)
+            ),
+            summaries=window.summaries,
+            turns=window.turns,
+            variables=tuple(WorkingVariable(key=key, value=value) for key, value in call.variables),
+            scratch=tuple(
+                ContextItem(id=f"scratch:{index}", text=text, timestamp=now)
+                for index, text in enumerate(call.scratch)
+            ),
+        )
+
     scope = RecallScope(tenant_id=call.tenant_id, task_id=request.task_id, now=now)
     store = PostgresRecall(stores.pool, versions_from_rows=stores.versions_from_rows())
     # Offline, the pipeline's rules see more than the port's would (local scores, feedback).
     remote = stores.llm if stores.settings.llm_is_remote else None
     # The dense search fuses in the step's context (phase and focus), so the focus is decided
-    # here first; the remote answer is kept for build_context's own call (one LLM call).
-    focus_llm = _FocusOnce(remote) if remote is not None else None
-    focus = decide_focus(request.query, phase=request.phase, focus=request.focus, llm=focus_llm)
-    if focus_llm is not None:
-        focus_llm.replay()
+    # here first and handed to build_context (one decision, one LLM call).
+    focus = decide_focus(request.query, phase=request.phase, focus=request.focus, llm=remote)
     dense = VectorRecall(
         stores.vectors,
         stores.embedder,
@@ -804,7 +771,8 @@ def assemble_for(
             scope=scope,
             ports=ports,
             counter=stores.counter,
-            focus_llm=focus_llm,
+            focus_llm=remote,
+            focus=focus,
             rewrite_llm=remote,
             rerank_llm=remote,
             layout=stores.layout,

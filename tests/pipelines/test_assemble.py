@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -30,7 +31,7 @@ from pipelines.assemble import (
     summarise_chunk,
 )
 from pipelines.budget import DEFAULT_LAYOUT, Partition, layout_from_budgets
-from pipelines.focus import InfoKind, TaskPhase, directive_from_kinds
+from pipelines.focus import FocusDirective, InfoKind, TaskPhase, directive_from_kinds
 from pipelines.records import InvalidInput, Level, MemoryType
 from pipelines.retrieve import Candidate, MemoryVersion, MemoryView, RetrievalResult
 from pipelines.rewrite import offline_rewrite
@@ -580,6 +581,67 @@ def test_build_context_runs_focus_retrieval_and_assembly() -> None:
     assert context.tokenizer == "deepseek-v4"
     assert sum(p.budget_tokens for p in context.partitions) == 40_000
     assert len(MEMORIES) >= len(context.partition(Partition.RETRIEVED_MEMORY).items)
+
+
+def test_a_focus_decided_by_the_caller_is_used_and_not_asked_again() -> None:
+    from pipelines.focus import decide_focus
+
+    class CountingFocus:
+        name = "stub"
+
+        def __init__(self) -> None:
+            self.calls = 0
+
+        def focus_directive(self, query: str, phase: Any, hint: Any) -> FocusDirective:
+            self.calls += 1
+            return directive_from_kinds([InfoKind.ERRORS, InfoKind.RECENT_ACTIVITY], [])
+
+    request = check_context_request(
+        "task-1", "what failed?", 40_000, "debugging", None, counter=DEEPSEEK
+    )
+    llm = CountingFocus()
+    # given the focus the caller decided with the model (one call)
+    decided = decide_focus(request.query, phase=TaskPhase.DEBUGGING, llm=llm)
+    assert llm.calls == 1
+    # when the context is built with it, the model at hand
+    context = build_context(
+        request, ContextSources(), scope=SCOPE, ports=ports(), counter=DEEPSEEK,
+        focus_llm=llm, focus=decided,
+    )  # fmt: skip
+    # then that focus shaped the context and the model was not asked again
+    assert context.focus == decided
+    assert llm.calls == 1
+    # without one, build_context asks the model itself
+    build_context(
+        request, ContextSources(), scope=SCOPE, ports=ports(), counter=DEEPSEEK, focus_llm=llm
+    )
+    assert llm.calls == 2
+
+
+def test_sources_given_as_a_call_are_gathered_once_the_literal_recalls_are_sent() -> None:
+    from pipelines.retrieve import RecallPorts, RecallScope
+    from tests.pipelines.test_retrieve import FakeSparse
+
+    events: list[str] = []
+
+    class QueuingSparse(FakeSparse):
+        def queue_sparse(self, text: str, scope: RecallScope, limit: int) -> None:
+            events.append("queued")
+
+    def sources() -> ContextSources:
+        events.append("sources")
+        return ContextSources(scratch=(ContextItem(id="note", text="check amount_cents"),))
+
+    bound = ports()
+    queuing = RecallPorts(
+        dense=bound.dense, sparse=QueuingSparse(MEMORIES), temporal=None, store=bound.store
+    )
+    request = check_context_request(
+        "task-1", "Why amount_cents?", 40_000, None, None, counter=DEEPSEEK
+    )
+    context = build_context(request, sources, scope=SCOPE, ports=queuing, counter=DEEPSEEK)
+    assert events[:2] == ["queued", "sources"] and events.count("sources") == 1
+    assert "check amount_cents" in context.partition(Partition.SCRATCH).text
 
 
 def test_default_layout_budgets_follow_the_focus() -> None:

@@ -310,33 +310,6 @@ def test_dense_recall_fuses_the_steps_context_with_the_phases_weights(pool) -> N
         assert (search["tenant_id"], search["task_id"], search["limit"]) == ("acme", "billing", 50)
 
 
-def test_a_remote_focus_is_asked_once_per_request_even_when_malformed_first() -> None:
-    from pipelines.focus import TaskPhase, decide_focus, offline_focus
-    from pipelines.ports import MalformedLLMOutput
-    from workers.read_service import _FocusOnce
-
-    class FlakyFocus:
-        name = "stub"
-
-        def __init__(self) -> None:
-            self.calls = 0
-
-        def focus_directive(self, query: str, phase: Any, hint: Any) -> Any:
-            self.calls += 1
-            if self.calls == 1:
-                raise MalformedLLMOutput("not JSON")
-            return offline_focus("what failed?", TaskPhase.DEBUGGING)
-
-    llm = FlakyFocus()
-    once = _FocusOnce(llm)  # type: ignore[arg-type]
-    first = decide_focus("what failed?", phase=TaskPhase.DEBUGGING, llm=once)
-    once.replay()
-    second = decide_focus("what failed?", phase=TaskPhase.DEBUGGING, llm=once)
-
-    assert first == second
-    assert llm.calls == 2  # the malformed answer and its retry, for both decisions
-
-
 def test_the_variants_dense_searches_go_to_the_engine_as_one_batch() -> None:
     import threading
 
