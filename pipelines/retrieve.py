@@ -303,13 +303,17 @@ def start_recall(
     config: RetrievalConfig = DEFAULT_CONFIG,
     executor: Executor | None = None,
 ) -> None:
-    """Start the recalls that need only the literal query: its keyword search (which the
-    rewrite's keyword feedback reads too) and the temporal one, so that the store answers
-    them while this thread rewrites the query. A recaller that can queue a search
-    (``queue_sparse``, ``queue_recent``) sends it now; the others' go to ``executor``.
-    Their answers are taken later by the same calls (recallers answer a repeated search
-    once); a search neither queued nor handed to an executor simply runs later."""
-    jobs = _store_jobs([("literal", literal)], scope, ports, config)
+    """Start the recall the rewrite waits for: the literal query's keyword search (its
+    keyword feedback reads the hits), so that the store answers it while this thread
+    decides what else it needs. A recaller that can queue a search (``queue_sparse``)
+    sends it now; otherwise it goes to ``executor``. The answer is taken later by the same
+    call (recallers answer a repeated search once); a search neither queued nor handed to
+    an executor simply runs later.
+
+    The temporal recall waits for ``recall_all``: a reader of one queued answer waits for
+    those queued before it, and sent here it made the rewrite wait for it too (100k
+    memories: p50 14.6 -> 13.7 ms once it went with the variants' searches)."""
+    jobs = _store_jobs([("literal", literal)], scope, ports, config, temporal=False)
     _start(jobs, executor)
 
 
@@ -341,10 +345,12 @@ def _store_jobs(
     scope: RecallScope,
     ports: RecallPorts,
     config: RetrievalConfig,
+    *,
+    temporal: bool = True,
 ) -> list[_Job]:
-    """The store's recalls: each named text's keyword search, then the temporal one of the
-    literal text. One builder for ``start_recall`` and ``recall_all``: a search started
-    early is answered once only if both ask it the same way (``since`` included)."""
+    """The store's recalls: each named text's keyword search, then (with ``temporal``) the
+    temporal one of the literal text. One builder for ``start_recall`` and ``recall_all``:
+    a search started early is answered once only if both ask it the same way."""
     queue_sparse = getattr(ports.sparse, "queue_sparse", None)
     jobs = [
         _Job(
@@ -356,7 +362,7 @@ def _store_jobs(
         for name, text in named
     ]
     literal = dict(named).get("literal")
-    if ports.temporal is not None and config.temporal_limit and literal is not None:
+    if temporal and ports.temporal is not None and config.temporal_limit and literal is not None:
         since = scope.now - timedelta(hours=config.temporal_window_hours)
         args = (literal, scope, since, config.temporal_limit)
         queue_recent = getattr(ports.temporal, "queue_recent", None)

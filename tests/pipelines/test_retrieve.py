@@ -439,7 +439,7 @@ def test_memory_versions_are_carried_to_assembly() -> None:
     assert result.candidates[0].memory.versions == (summary,)
 
 
-def test_the_literal_recalls_start_before_the_rewrite_on_the_executor() -> None:
+def test_the_literal_keyword_recall_starts_before_the_rewrite_on_the_executor() -> None:
     from concurrent.futures import ThreadPoolExecutor
 
     from pipelines.retrieve import start_recall
@@ -452,12 +452,12 @@ def test_the_literal_recalls_start_before_the_rewrite_on_the_executor() -> None:
     start_recall("puppy Oscar", scope, bound)
     assert bound.sparse.scopes == [] and bound.temporal.scopes == []  # type: ignore[attr-defined]
 
-    # with one, the literal's keyword and temporal recalls run there, in the request's scope
+    # with one, the literal's keyword recall runs there, in the request's scope; the
+    # temporal one waits for the variants' searches
     with ThreadPoolExecutor(2) as executor:
         start_recall("puppy Oscar", scope, bound, executor=executor)
     assert bound.sparse.scopes == [scope]  # type: ignore[attr-defined]
-    assert bound.temporal.scopes == [scope]
-    assert bound.temporal.since == [NOW - timedelta(days=7)]
+    assert bound.temporal.scopes == []
 
 
 def test_recallers_that_queue_their_searches_get_them_sent_first_not_pooled() -> None:
@@ -499,7 +499,7 @@ def test_recallers_that_queue_their_searches_get_them_sent_first_not_pooled() ->
     # when the literal recalls start, then the whole pipeline runs, with a pool at hand
     with NoPool(2) as pool:
         start_recall(query, SCOPE, bound, executor=pool)
-        assert events == [f"queue sparse {query}", f"queue recent {query}"]
+        assert events == [f"queue sparse {query}"]
         result = retrieve(query, SCOPE, bound, FACTS, executor=pool)
 
     # then every keyword search was sent before the first dense search and read after it
@@ -508,6 +508,7 @@ def test_recallers_that_queue_their_searches_get_them_sent_first_not_pooled() ->
     reads = [i for i, e in enumerate(events) if e.startswith("read sparse")]
     assert len(queued) == 1 + len(result.variants.items())  # literal early, then each variant
     assert max(queued) < first_dense < min(reads)
+    assert events.index(f"queue recent {query}") < first_dense
     # and the answer is the one of a store that cannot queue
     assert [c.memory.id for c in result.candidates] == [
         c.memory.id for c in retrieve(query, SCOPE, ports(), FACTS).candidates
