@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -164,12 +164,14 @@ def scope_key(tenant_id: str, task_id: str) -> str:
     return json.dumps([tenant_id, task_id], ensure_ascii=False, separators=(",", ":"))
 
 
-class VectorHit(BaseModel):
-    model_config = ConfigDict(frozen=True)
+class VectorHit(NamedTuple):
+    """One point of a search answer. A named tuple, not a model: the adapters build a
+    hundred or more per search from values the engine already typed (a third of a
+    model's cost), and every adapter gives ``payload`` its own dict."""
 
     id: uuid.UUID
     score: float
-    payload: dict[str, Any] = Field(default_factory=dict)
+    payload: dict[str, Any]
 
 
 class CollectionParams(BaseModel):
