@@ -64,6 +64,7 @@ from pipelines.retrieve import (
 )
 from pipelines.rewrite import RewriteLLM, rewrite_query
 from pipelines.sparse import analyze
+from pipelines.text import memo_texts
 from pipelines.tokens import (
     TokenCounter,
     count_many,
@@ -213,7 +214,7 @@ def _score(item: ContextItem, now: datetime, focus_terms: Sequence[str]) -> floa
     )
 
 
-@lru_cache(maxsize=16_384)
+@memo_texts(maxsize=16_384)
 def _text_features(text: str, memory_type: MemoryType | None) -> tuple[float, bool]:
     """A text's density and whether it holds identifiers, memoised: every fit of a
     partition scores its items again, and the same memories come back step after step."""

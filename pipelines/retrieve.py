@@ -38,6 +38,7 @@ from pipelines.ports import MalformedLLMOutput
 from pipelines.records import Level, MemoryType
 from pipelines.rewrite import VARIANT_WEIGHTS, QueryVariants, rewrite_query
 from pipelines.sparse import analyze
+from pipelines.text import memo_texts
 from pipelines.write_filter import guess_type
 
 # Cormack, Clarke and Büttcher (2009): k = 60 makes RRF robust across very different lists.
@@ -99,7 +100,7 @@ LOCAL_WEIGHTS: dict[str, float] = {"fused": 0.35, "dense": 0.30, "coverage": 0.2
 OFFLINE_RERANK_BOOST = 0.2
 
 
-@lru_cache(maxsize=16_384)
+@memo_texts(maxsize=16_384)
 def term_set(text: str) -> frozenset[str]:
     """The analyzer's terms of ``text`` as a set, memoised: the local and the offline
     rerankers look at the same candidates, and the same memories come back step after step."""
@@ -445,8 +446,10 @@ def fuse(
     return [(key, score, dense.get(key), tuple(sources[key])) for key, score in ranked]
 
 
+@memo_texts(maxsize=16_384)
 def content_key(text: str) -> str:
-    """Case, width, punctuation and spacing folded: two copies of a turn share a key."""
+    """Case, width, punctuation and spacing folded: two copies of a turn share a key.
+    Memoised: dedupe folds every candidate's text, and memories come back step after step."""
     folded = unicodedata.normalize("NFKC", text).casefold()
     return " ".join(re.sub(r"[^\w\s]", " ", folded).split())
 

@@ -22,6 +22,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from pipelines.text import memo_texts
+
 # Robertson and Zaragoza's usual values, also Lucene's defaults.
 BM25_K1 = 1.2
 BM25_B = 0.75
@@ -98,7 +100,7 @@ def _token_terms(raw: str) -> tuple[str, ...]:
     return ()
 
 
-@lru_cache(maxsize=16_384)
+@memo_texts(maxsize=16_384)
 def term_counts(text: str) -> tuple[tuple[str, int], ...]:
     """``analyze``'s terms of ``text`` with their frequencies, memoised: the read path
     indexes the same memories for its keyword feedback step after step."""

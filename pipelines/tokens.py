@@ -23,6 +23,8 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
+from pipelines.text import MEMO_MAX_CHARS
+
 TRUNCATION_MARK = " …"
 
 _BOUNDARY_RE = re.compile(r"\s+")
@@ -39,13 +41,18 @@ class TokenCounter(Protocol):
 
 
 class CachedCounter:
-    """A bounded LRU in front of a counter: assembly recounts the same memories every step."""
+    """A bounded LRU in front of a counter: assembly recounts the same memories every step.
+    Only texts of at most ``max_text_chars`` are kept (``pipelines.text.MEMO_MAX_CHARS``),
+    so the cache holds at most ``max_entries`` times that much text."""
 
-    def __init__(self, inner: TokenCounter, max_entries: int = 20_000) -> None:
+    def __init__(
+        self, inner: TokenCounter, max_entries: int = 20_000, max_text_chars: int = MEMO_MAX_CHARS
+    ) -> None:
         if max_entries < 1:
             raise ValueError(f"max_entries must be at least 1, got {max_entries}")
         self._inner = inner
         self._max = max_entries
+        self._max_text_chars = max_text_chars
         self._cache: OrderedDict[str, int] = OrderedDict()
 
     @property
@@ -83,6 +90,8 @@ class CachedCounter:
         return [known[text] for text in texts]
 
     def _store(self, text: str, value: int) -> None:
+        if len(text) > self._max_text_chars:
+            return
         self._cache[text] = value
         if len(self._cache) > self._max:
             self._cache.popitem(last=False)

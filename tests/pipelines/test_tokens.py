@@ -99,6 +99,16 @@ def test_cache_answers_repeats_without_the_inner_counter() -> None:
         CachedCounter(inner, max_entries=0)
 
 
+def test_the_cache_keeps_no_text_longer_than_its_limit() -> None:
+    inner = WordCounter()
+    cached = CachedCounter(inner, max_entries=10, max_text_chars=20)
+    long = "word " * 10  # 50 characters
+    assert cached.count(long) == cached.count(long) == 10
+    assert cached.count_many([long, "a b"]) == [10, 2]
+    assert inner.calls == 4  # the long text counted each time, the short one once
+    assert cached.count("a b") == 2 and inner.calls == 4
+
+
 class BatchWordCounter(WordCounter):
     """A counter with a batch call, like a tokenizer that encodes a batch on threads."""
 

