@@ -243,7 +243,7 @@ def measure(settings: Settings, n: int, *, queries: int, warmup: int, tmp: Path)
 
     path = tmp / f"edge-{n}"
     shutil.rmtree(path, ignore_errors=True)
-    index = EdgeIndex(path)
+    index = EdgeIndex(path, search_threads=settings.edge_search_threads)
     pool = open_pool(settings, name="memharness-bench-latency")
     r = redis.Redis.from_url(settings.redis_url)
     executor = ThreadPoolExecutor(RECALL_THREADS, thread_name_prefix="recall")

@@ -326,6 +326,38 @@ def test_edge_collections_carry_their_hnsw_and_quantization_params(tmp_path: Pat
         reopened.close()
 
 
+def test_edge_search_threads_apply_on_create_and_on_every_load(tmp_path: Path) -> None:
+    # given a quantized collection built with two search threads
+    index = EdgeIndex(tmp_path, search_threads=2)
+    params = CollectionParams(hnsw_m=32, hnsw_ef_construct=400, search_ef=64, pq="x16")
+    index.create_collection("mh_semantic__g1", DIM, params)
+    index.switch_alias("mh_semantic", "mh_semantic__g1")
+    index.upsert("mh_semantic", _points(10, "a", 8))
+    index.close()
+    config_file = tmp_path / "mh_semantic__g1" / "edge_config.json"
+    assert json.loads(config_file.read_text())["max_search_threads"] == 2
+
+    # when the store is opened again with one search thread and searched
+    reopened = EdgeIndex(tmp_path, search_threads=1)
+    try:
+        hits = reopened.search("mh_semantic", _points(1, "a", 8)[0].vector, tenant_id="a")
+        assert len(hits) == 10
+    finally:
+        reopened.close()
+
+    # then the engine took the new setting and kept everything the collection was built with
+    config = json.loads(config_file.read_text())
+    assert config["max_search_threads"] == 1
+    assert config["hnsw_config"]["m"] == 32
+    assert config["quantization_config"] == {"product": {"compression": "x16"}}
+    assert {name: spec["size"] for name, spec in config["vectors"].items()} == {
+        "content": DIM,
+        "context": DIM,
+    }
+    with pytest.raises(ValueError, match="search_threads"):
+        EdgeIndex(tmp_path, search_threads=0)
+
+
 def test_a_missing_collection_cannot_take_an_alias(index: VectorIndex) -> None:
     with pytest.raises(LookupError):
         index.switch_alias("x", "missing")

@@ -53,7 +53,7 @@ def build_vector_index(settings: Settings) -> VectorIndex:
     if not settings.qdrant_url and settings.embedded_engine == "edge":
         from workers.adapters.vector_edge import EdgeIndex
 
-        return EdgeIndex(settings.qdrant_path)
+        return EdgeIndex(settings.qdrant_path, search_threads=settings.edge_search_threads)
     from workers.adapters.vector_qdrant import QdrantIndex
 
     key = settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None

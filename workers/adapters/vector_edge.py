@@ -70,8 +70,11 @@ _PQ = {
 
 
 class EdgeIndex:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, search_threads: int = 1) -> None:
+        if search_threads < 1:
+            raise ValueError(f"search_threads must be at least 1, got {search_threads}")
         self._root = root
+        self._search_threads = search_threads
         root.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Condition(threading.RLock())
         self._shards: dict[str, qe.EdgeShard] = {}
@@ -166,9 +169,24 @@ class EdgeIndex:
         with self._lock:
             shard = self._shards.get(physical)
             if shard is None and self._exists(physical):
-                shard = qe.EdgeShard.load(str(self._path(physical)))
+                path = self._path(physical)
+                sizes = _vector_sizes(path)
+                # The engine needs the stored vectors' names to take a config on load; the
+                # rest of a config left unset keeps what the collection was built with.
+                shard = (
+                    qe.EdgeShard.load(str(path), self._load_config(sizes))
+                    if sizes
+                    else qe.EdgeShard.load(str(path))
+                )
                 self._shards[physical] = shard
             return shard
+
+    def _load_config(self, sizes: dict[str, int]) -> qe.EdgeConfig:
+        vectors = {
+            name: qe.EdgeVectorParams(size=size, distance=qe.Distance.Cosine)
+            for name, size in sizes.items()
+        }
+        return qe.EdgeConfig(vectors=vectors, max_search_threads=self._search_threads)
 
     @contextmanager
     def _using(self, collection: str) -> Iterator[tuple[str, qe.EdgeShard] | None]:
@@ -258,6 +276,7 @@ class EdgeIndex:
                 quantization_config=(
                     qe.ProductQuantizationConfig(compression=_PQ[params.pq]) if params.pq else None
                 ),
+                max_search_threads=self._search_threads,
             )
             path = self._path(name)
             shutil.rmtree(path, ignore_errors=True)  # leftovers of a crashed create
