@@ -10,7 +10,6 @@ import logging
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
@@ -94,8 +93,6 @@ class MemoryClient:
     def close(self) -> None:
         if self._local_reads is not None:
             self._local_reads.vectors.close()
-            if isinstance(self._local_reads.executor, ThreadPoolExecutor):
-                self._local_reads.executor.shutdown(wait=False)
         self._pool.close()
         self._redis.close()
 
@@ -438,7 +435,6 @@ class MemoryClient:
         if self._local_reads is None:
             from workers.adapters import build_embedder, build_llm, build_vector_index
             from workers.read_service import ReadStores
-            from workers.tasks.recall import RECALL_THREADS
 
             self._local_reads = ReadStores(
                 settings=self.settings,
@@ -449,7 +445,6 @@ class MemoryClient:
                 counter=self._token_counter(),
                 working_memory=self._working_memory,
                 collection=f"{self.settings.collection_prefix}_episodic",
-                executor=ThreadPoolExecutor(RECALL_THREADS, thread_name_prefix="recall"),
             )
         return self._local_reads
 

@@ -35,7 +35,7 @@ import math
 import threading
 import uuid
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
-from concurrent.futures import Executor, Future
+from concurrent.futures import Future
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -582,7 +582,6 @@ class ReadStores:
     counter: TokenCounter
     working_memory: WorkingMemoryPool
     collection: str
-    executor: Executor | None = None
     vector_lock: threading.Lock = field(default_factory=threading.Lock)
     _has_parent_ids: bool | None = None
 
@@ -776,7 +775,6 @@ def assemble_for(
             rewrite_llm=remote,
             rerank_llm=remote,
             layout=stores.layout,
-            executor=stores.executor,
         )
 
 

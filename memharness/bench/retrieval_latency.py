@@ -29,7 +29,6 @@ import tempfile
 import time
 import uuid
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -223,7 +222,6 @@ def measure(settings: Settings, n: int, *, queries: int, warmup: int, tmp: Path)
     from workers.adapters.tokenizer import load_token_counter
     from workers.context import tune_gc
     from workers.read_service import ReadStores, assemble_for, check_context_call, layout_of
-    from workers.tasks.recall import RECALL_THREADS
     from workers.working_memory import WorkingMemoryPool
 
     now = datetime.now(UTC)
@@ -246,7 +244,6 @@ def measure(settings: Settings, n: int, *, queries: int, warmup: int, tmp: Path)
     index = EdgeIndex(path, search_threads=settings.edge_search_threads)
     pool = open_pool(settings, name="memharness-bench-latency")
     r = redis.Redis.from_url(settings.redis_url)
-    executor = ThreadPoolExecutor(RECALL_THREADS, thread_name_prefix="recall")
     try:
         # As the owner's write path does: the generation records its embedder version.
         index.ensure_collection(
@@ -276,7 +273,6 @@ def measure(settings: Settings, n: int, *, queries: int, warmup: int, tmp: Path)
                 r, max_turns=settings.working_memory_max_turns, ttl_s=settings.working_memory_ttl_s
             ),
             collection=alias,
-            executor=executor,
         )
         # As the store owner does once warm (workers.app at process start).
         tune_gc()
@@ -327,7 +323,6 @@ def measure(settings: Settings, n: int, *, queries: int, warmup: int, tmp: Path)
         )
         _log(f"[{_key(n)}] context p50 {result['p50_ms']} ms, p95 {result['p95_ms']} ms")
     finally:
-        executor.shutdown()
         pool.close()
         r.close()
         index.close()

@@ -35,7 +35,12 @@ POINTS = 100_000 if FULL else 3_000
 
 @pytest.fixture
 def ctx(db, redis_client, qdrant_path, settings: Settings) -> Iterator[WorkerContext]:  # type: ignore[no-untyped-def]
-    context = WorkerContext(settings)
+    # This test searches from two threads of the process that rebuilds, which the store owner
+    # (one task at a time) never does. With one edge search thread a search holds the GIL
+    # for its whole run, and the rebuild's writes wait behind back-to-back searches (3,000
+    # memories: over 180 s instead of ~17 s); a process that searches from several threads
+    # gives the engine its pool (README, MEMHARNESS_EDGE_SEARCH_THREADS).
+    context = WorkerContext(settings.model_copy(update={"edge_search_threads": 2}))
     yield context
     context.close()
 

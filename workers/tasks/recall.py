@@ -6,7 +6,6 @@ runs on ``maintenance``, because it needs PostgreSQL only.
 from __future__ import annotations
 
 import os
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
 
@@ -18,10 +17,6 @@ from workers.tasking import memharness_task
 from workers.working_memory import WorkingMemoryPool
 
 TOUCH_TASK = "memory.maintenance.touch_memories"
-
-# Seven recalls per request (three variants x dense and sparse, one temporal): four threads
-# keep the PostgreSQL ones in parallel while the vector searches take turns on the shard.
-RECALL_THREADS = 4
 
 _stores: tuple[int, WorkerContext, ReadStores] | None = None
 
@@ -50,7 +45,6 @@ def read_stores() -> ReadStores:
                     ttl_s=settings.working_memory_ttl_s,
                 ),
                 collection=ctx.episodic_collection,
-                executor=ThreadPoolExecutor(RECALL_THREADS, thread_name_prefix="recall"),
             ),
         )
     return _stores[2]
