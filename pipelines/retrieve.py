@@ -331,13 +331,10 @@ def _start(jobs: Sequence[_Job], executor: Executor | None) -> list[Future[list[
     for job in jobs:
         if job.queue is not None:
             job.queue()
-    pooled = [job for job in jobs if job.queue is None] if executor is not None else []
-    futures = iter(
-        submit_started(executor, [job.run for job in pooled])
-        if executor is not None and pooled
-        else []
-    )
-    return [next(futures) if job.queue is None and pooled else None for job in jobs]
+    if executor is None:
+        return [None] * len(jobs)
+    pooled = iter(submit_started(executor, [job.run for job in jobs if job.queue is None]))
+    return [next(pooled) if job.queue is None else None for job in jobs]
 
 
 def _store_jobs(

@@ -265,11 +265,6 @@ class PostgresRecall:
         self._views: dict[tuple[str, str | None, str], MemoryView] = {}
         self._absent: set[tuple[str, str | None, str]] = set()
         self._views_lock = threading.Lock()
-        # Reads sent ahead (``queue_fetch``): their ids, and the call that takes the rows.
-        self._sent: set[tuple[str, str | None, str]] = set()
-        self._reads: list[
-            tuple[list[tuple[str, str | None, str]], Callable[[], list[MemoryView]]]
-        ] = []
 
     def __enter__(self) -> PostgresRecall:
         return self
@@ -304,13 +299,11 @@ class PostgresRecall:
         """The request's pipelined connection once it has one (its queued answers come in
         order on it), else one from the pool for this statement."""
         with self._held_lock:
-            held = self._held_conn
-        if held is not None:
-            with self._held_lock:
-                yield held
-        else:
-            with self._pool.connection() as conn:
-                yield conn
+            if self._held_conn is not None:
+                yield self._held_conn
+                return
+        with self._pool.connection() as conn:
+            yield conn
 
     def _queue(
         self,
