@@ -23,7 +23,7 @@ class Settings(BaseSettings):
         env_ignore_empty=True,
     )
 
-    # -- stores ---------------------------------------------------------------------------
+    # -- stores ----------------------------------------------------------------------------
     database_url: str = Field(
         "postgresql://postgres@127.0.0.1:5432/memharness",
         description="PostgreSQL, the system of record (psycopg conninfo or URL).",
@@ -61,7 +61,7 @@ class Settings(BaseSettings):
         "memharness", description="Prefix of the vector collections (episodic, semantic)."
     )
 
-    # -- LLM ------------------------------------------------------------------------------
+    # -- LLM -------------------------------------------------------------------------------
     llm_provider: Literal["auto", "openai", "offline"] = Field(
         "auto",
         description="auto: the OpenAI-compatible endpoint when llm_api_key is set, else offline.",
@@ -77,7 +77,7 @@ class Settings(BaseSettings):
         description="When LLM retries run out: use the offline rules (offline) or dead-letter.",
     )
 
-    # -- embeddings -----------------------------------------------------------------------
+    # -- embeddings ------------------------------------------------------------------------
     embedder: Literal["hashing", "openai", "sentence-transformers"] = Field(
         "hashing", description="Embedding adapter."
     )
@@ -88,11 +88,11 @@ class Settings(BaseSettings):
     embed_base_url: str = Field("", description="OpenAI-compatible embeddings URL.")
     embed_api_key: SecretStr | None = Field(None, description="Key of the embeddings endpoint.")
 
-    # -- input limits ---------------------------------------------------------------------
+    # -- input limits ----------------------------------------------------------------------
     content_max_bytes: int = Field(65536, ge=1, description="Largest content, UTF-8 bytes.")
     metadata_max_bytes: int = Field(8192, ge=2, description="Largest metadata, as JSON bytes.")
 
-    # -- write pipeline -------------------------------------------------------------------
+    # -- write pipeline --------------------------------------------------------------------
     write_batch_size: int = Field(
         256, ge=1, le=10000, description="Jobs one drain claims per transaction."
     )
@@ -106,25 +106,25 @@ class Settings(BaseSettings):
     job_retry_base_s: float = Field(2.0, gt=0, description="First retry backoff (doubles).")
     relay_interval_s: float = Field(15.0, gt=0, description="Period of the outbox relay.")
 
-    # -- checkpoints ----------------------------------------------------------------------
+    # -- checkpoints -----------------------------------------------------------------------
     checkpoint_keep_last: int = Field(
         20, ge=1, description="Checkpoints kept per task besides phase transitions."
     )
 
-    # -- Celery ---------------------------------------------------------------------------
+    # -- Celery ----------------------------------------------------------------------------
     broker_visibility_timeout_s: int = Field(
         3600, ge=60, description="Redis visibility timeout of unacknowledged messages."
     )
     task_time_limit_s: int = Field(300, ge=5, description="Hard per-task time limit.")
     task_soft_time_limit_s: int = Field(240, ge=1, description="Soft per-task time limit.")
 
-    # -- Flower ---------------------------------------------------------------------------
+    # -- Flower ----------------------------------------------------------------------------
     flower_port: int = Field(5555, description="Port of Flower in `make demo`.")
     flower_basic_auth: SecretStr = Field(
         SecretStr("admin:change-me"), description="Flower basic auth, user:password."
     )
 
-    # -- background cognition (issue 4) ------------------------------------------------------
+    # -- background cognition --------------------------------------------------------------
     sweep_batch_size: int = Field(
         200, ge=1, le=10000, description="Rows one sweep step handles before it requeues."
     )
@@ -171,7 +171,7 @@ class Settings(BaseSettings):
             raise ValueError("consolidate_cron must have five crontab fields")
         return self
 
-    # -- the read path: context assembly (issue 3) ------------------------------------------
+    # -- the read path: context assembly ---------------------------------------------------
     context_system_tokens: int = Field(
         4000, ge=1, description="Budget of the system partition (fixed)."
     )
@@ -203,7 +203,7 @@ class Settings(BaseSettings):
         604800, ge=60, description="Idle life of a session's working memory in Redis."
     )
 
-    # -- vector index (issue 3: engine and maintenance) -------------------------------------
+    # -- vector index: engine and maintenance ----------------------------------------------
     vector_episodic_hnsw_m: int = Field(
         16, ge=4, le=128, description="HNSW edges per node of the episodic collection."
     )
@@ -256,6 +256,13 @@ class Settings(BaseSettings):
         if self.write_drain_deadline_s >= self.task_soft_time_limit_s:
             raise ValueError("write_drain_deadline_s must be below task_soft_time_limit_s")
         return self
+
+    @property
+    def store_is_embedded(self) -> bool:
+        """No Qdrant server: the vector store is embedded, and exactly one process (the
+        store's owner, a worker consuming write, embed and recall) may open it. The one place
+        that decides between the embedded and the distributed mode."""
+        return not self.qdrant_url
 
     @property
     def llm_is_remote(self) -> bool:

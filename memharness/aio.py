@@ -1,7 +1,8 @@
 """``AsyncMemoryClient``: the write path for asyncio agents.
 
-The same steps as ``MemoryClient.record`` (validate, tier-1 rules, one INSERT of the memory
-and its outbox row, publish after COMMIT) on psycopg's async pool and redis.asyncio. Celery's
+The same plan as ``MemoryClient.record`` (``workers.write.plan``: validate, tier-1 rules, one
+INSERT of the memory and its outbox row, publish after COMMIT), driven on psycopg's async
+pool and redis.asyncio. Celery's
 publisher is synchronous, so the rare publish (only when no drain is queued) runs in a
 thread; the common path never leaves the event loop.
 """
@@ -11,35 +12,48 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis.asyncio as aredis
-from celery import Celery
 from psycopg_pool import AsyncConnectionPool
 
 from config import Settings, get_settings
-from memharness.client import WriteReceipt
-from pipelines.records import MemoryType, Modality, NewMemory, prepare_write
-from pipelines.write_filter import tier1_filter
-from workers.db.writes import (
-    FIND_CONFLICT,
-    INSERT_DECISION,
-    INSERT_MEMORY_WITH_JOB,
-    conflict_from_row,
-    conflict_outcome,
-    conflict_params,
-    drop_params,
-    memory_params,
+from pipelines.records import MemoryType, Modality
+from pipelines.write.request import NewMemory, prepare_write
+from workers.write.plan import (
+    Plan,
+    WriteOutcome,
+    WriteReceipt,
+    must_publish,
+    plan_write,
+    queue_after_commit,
 )
-from workers.working_memory import queue_push, turn_record
-from workers.write_service import DRAIN_FLAG, queue_drain_flag, send_drain
+from workers.write.wake import DRAIN_FLAG, send_drain
+
+if TYPE_CHECKING:
+    from celery import Celery
 
 log = logging.getLogger(__name__)
 
 
+async def run_plan(conn: Any, plan: Plan) -> WriteOutcome:
+    """Drive a write plan on an async psycopg connection (``memharness.client.run_plan``'s
+    twin: the statements and rules are the plan's)."""
+    try:
+        step = next(plan)
+        while True:
+            cursor = await conn.execute(step.query, step.params)
+            step = plan.send(await cursor.fetchone() if step.fetch else None)
+    except StopIteration as done:
+        outcome: WriteOutcome = done.value
+        return outcome
+
+
 class AsyncMemoryClient:
+    """``MemoryClient.record`` for asyncio agents; use it as an async context manager."""
+
     def __init__(self, settings: Settings | None = None, *, app: Celery | None = None) -> None:
         self.settings = settings or get_settings()
         self._pool = AsyncConnectionPool(
@@ -52,11 +66,15 @@ class AsyncMemoryClient:
         self._redis = aredis.Redis.from_url(
             self.settings.redis_url, socket_timeout=2, socket_connect_timeout=2
         )
-        if app is None:
-            from workers.app import create_app
+        self._given_app = app
 
-            app = create_app(self.settings)
-        self._app = app
+    @property
+    def _app(self) -> Celery:
+        if self._given_app is None:
+            from workers.app import get_app
+
+            self._given_app = get_app(self.settings)
+        return self._given_app
 
     async def open(self) -> AsyncMemoryClient:
         await self._pool.open(wait=True, timeout=15.0)
@@ -106,45 +124,32 @@ class AsyncMemoryClient:
         return await self._write(new)
 
     async def _write(self, new: NewMemory) -> WriteReceipt:
-        verdict = tier1_filter(new.content)
         async with self._pool.connection() as conn:
-            if not verdict.keep:
-                await conn.execute(INSERT_DECISION, drop_params(new, verdict.reason))
-                await self._after_commit(new, publish=False)
-                return WriteReceipt(new.id, "dropped", verdict.reason)
-            cursor = await conn.execute(INSERT_MEMORY_WITH_JOB, memory_params(new))
-            if await cursor.fetchone() is None:
-                found = await conn.execute(FIND_CONFLICT, conflict_params(new))
-                conflict = conflict_from_row(new, await found.fetchone())
-                if conflict is None:
-                    raise RuntimeError(f"memory {new.id} conflicts but cannot be found")
-                existing, reason, record_drop = conflict_outcome(new, conflict)
-                if record_drop:
-                    await conn.execute(INSERT_DECISION, drop_params(new, reason))
-                return WriteReceipt(existing, "duplicate", reason)
-        await self._after_commit(new, publish=True)
-        return WriteReceipt(new.id, "accepted", "queued for the write workers")
+            outcome = await run_plan(conn, plan_write(new))
+        await self._after_commit(outcome.window, outcome.publish_id)
+        return outcome.receipt
 
-    async def _after_commit(self, new: NewMemory, *, publish: bool) -> None:
+    async def _after_commit(self, turns: Sequence[NewMemory], publish_id: Any) -> None:
         """As ``MemoryClient._after_commit``: one Redis round trip for the working-memory
         window and the drain flag; failures are logged, the relay covers the publish."""
+        if not turns and publish_id is None:
+            return
         try:
             pipe = self._redis.pipeline(transaction=False)
-            queue_push(
+            queue_after_commit(
                 pipe,
-                [turn_record(new)],
+                turns,
+                publish_id,
                 max_turns=self.settings.working_memory_max_turns,
                 ttl_s=self.settings.working_memory_ttl_s,
             )
-            if publish:
-                queue_drain_flag(pipe, str(new.id))
             replies = await pipe.execute()
         except aredis.RedisError as exc:
             log.warning("after-commit Redis round trip failed (%s); the relay will publish", exc)
             return
-        if publish and replies[-1]:
+        if must_publish(replies, publish_id):
             try:
-                await asyncio.to_thread(send_drain, self._app, str(new.id))
+                await asyncio.to_thread(send_drain, self._app, str(publish_id))
             except Exception as exc:
                 log.warning("publish after commit failed (%s); the relay will retry", exc)
                 with contextlib.suppress(aredis.RedisError):

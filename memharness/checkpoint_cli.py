@@ -14,9 +14,9 @@ from contextlib import contextmanager
 from typing import Any
 
 from config import Settings, get_settings
-from memharness.checkpoints import CheckpointNotFound, CheckpointService
-from pipelines.checkpoint import CheckpointFormatError, TaskCheckpoint
-from pipelines.records import InvalidInput
+from pipelines.errors import CheckpointFormatError, InvalidInput
+from pipelines.state.models import TaskCheckpoint
+from workers.state.service import CheckpointNotFound, CheckpointService
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

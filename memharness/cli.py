@@ -30,7 +30,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
     settings = get_settings()
     queues = [q.strip() for q in args.queues.split(",") if q.strip()]
     owns_store = any(q in {v.value for v in VECTOR_QUEUES} for q in queues)
-    if owns_store and not settings.qdrant_url and args.concurrency != 1:
+    if owns_store and settings.store_is_embedded and args.concurrency != 1:
         print(
             "error: --concurrency must be 1 for queues that touch the vector index in "
             "embedded mode (qdrant-client local mode allows one process); set "
@@ -61,10 +61,10 @@ def _cmd_stats(args: argparse.Namespace) -> int:
 
 def _cmd_reembed(args: argparse.Namespace) -> int:
     """Progress of re-embedding after a model change (reads only: safe beside the owner)."""
-    from workers.context import WorkerContext
-    from workers.index_service import reembed_status
+    from workers.clients import Clients
+    from workers.index.reembed import reembed_status
 
-    ctx = WorkerContext(get_settings())
+    ctx = Clients(get_settings())
     try:
         status = reembed_status(ctx)
     finally:

@@ -1,6 +1,9 @@
 """``MemoryClient``: what an agent process holds. The write path is synchronous and fast:
 validate → tier-1 rules → one INSERT of the memory and its outbox row (autocommit: one round
 trip, one transaction) → publish after COMMIT → return the id. The slow work is the workers'.
+
+Importing this module loads no adapter, engine or Celery: the Celery app is built on the first
+publish, the read path's adapters only in server mode on the first ``context()``.
 """
 
 from __future__ import annotations
@@ -10,91 +13,106 @@ import logging
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import redis
-from celery import Celery
 from psycopg.rows import dict_row
 
 from config import Settings, get_settings
-from memharness.checkpoints import CheckpointService, ResumeResult
-from pipelines.checkpoint import TaskState
+from pipelines.errors import InvalidInput
 from pipelines.records import (
     EpisodicMemory,
-    InvalidInput,
     MemoryStatus,
     MemoryType,
     Modality,
-    NewMemory,
     check_id,
     check_text,
-    prepare_write,
 )
-from pipelines.write_filter import tier1_filter
-from workers.db import open_pool
-from workers.db.cognition import row_to_memory
-from workers.db.writes import (
+from pipelines.state.models import TaskState
+from pipelines.write.filter import tier1_filter
+from pipelines.write.request import NewMemory, prepare_write
+from workers.clients import Clients
+from workers.db.rows import row_to_memory
+from workers.publish import publish
+from workers.queues import TaskName
+from workers.state.service import CheckpointService, ResumeResult
+from workers.write.plan import (
+    ACCEPTED,
+    Plan,
+    ReceiptStatus,
+    WriteOutcome,
+    WriteReceipt,
+    must_publish,
+    plan_conflict,
+    plan_write,
+    queue_after_commit,
+)
+from workers.write.sql import (
     INSERT_DECISION,
     INSERT_MEMORY_WITH_JOB,
-    conflict_outcome,
     drop_params,
-    find_conflict,
     funnel,
     memory_params,
 )
-from workers.working_memory import WorkingMemoryPool, queue_push, turn_record
-from workers.write_service import DRAIN_FLAG, queue_drain_flag, send_drain
+from workers.write.wake import DRAIN_FLAG, send_drain
 
 if TYPE_CHECKING:
-    from pipelines.assemble import AssembledContext
-    from pipelines.tokens import TokenCounter
-    from workers.cognition_service import Traversal
-    from workers.read_service import ReadStores
+    from celery import Celery
+
+    from pipelines.read.assemble import AssembledContext
+    from workers.read.affected import Traversal
 
 log = logging.getLogger(__name__)
 
-ReceiptStatus = Literal["accepted", "duplicate", "dropped"]
+__all__ = ["MemoryClient", "ReceiptStatus", "WriteReceipt"]
 
 
-@dataclass(frozen=True)
-class WriteReceipt:
-    """What ``record`` did. ``memory_id`` is stable: a retried call returns the same one."""
-
-    memory_id: uuid.UUID
-    status: ReceiptStatus
-    reason: str
+def run_plan(conn: Any, plan: Plan) -> WriteOutcome:
+    """Drive a write plan on a psycopg connection (the asyncio client has its own twin)."""
+    try:
+        step = next(plan)
+        while True:
+            cursor = conn.execute(step.query, step.params)
+            step = plan.send(cursor.fetchone() if step.fetch else None)
+    except StopIteration as done:
+        outcome: WriteOutcome = done.value
+        return outcome
 
 
 class MemoryClient:
+    """An agent's handle on its memory: ``record`` what happens, ask for the ``context`` of
+    the next step, ``checkpoint`` / ``resume`` / ``rollback`` where the task is, and
+    ``complete_task`` when it is done.
+
+    Writes return after COMMIT (the workers do the slow part); every bad argument raises
+    :class:`InvalidInput` naming the field and the limit before anything is stored. One client
+    per process is enough: it holds a PostgreSQL pool, a Redis connection and (built on first
+    use) this process's Celery app for ``settings``. Use it as a context manager, or call
+    :meth:`close`.
+    """
+
     def __init__(self, settings: Settings | None = None, *, app: Celery | None = None) -> None:
         self.settings = settings or get_settings()
-        self._pool = open_pool(self.settings, name="memharness-client")
-        self._redis = redis.Redis.from_url(
-            self.settings.redis_url, socket_timeout=2, socket_connect_timeout=2
-        )
-        if app is None:
-            from workers.app import create_app
-
-            app = create_app(self.settings)
-        self._app = app
+        self._clients = Clients(self.settings, name="memharness-client", redis_timeout_s=2.0)
+        self._pool = self._clients.pool
+        self._redis = self._clients.redis
+        self._given_app = app
         self._checkpoints: CheckpointService | None = None
-        self._working_memory = WorkingMemoryPool(
-            self._redis,
-            max_turns=self.settings.working_memory_max_turns,
-            ttl_s=self.settings.working_memory_ttl_s,
-        )
-        self._counter: TokenCounter | None = None
-        self._local_reads: ReadStores | None = None
+
+    @property
+    def _app(self) -> Celery:
+        """The app this client publishes through: the one given, else the process's own."""
+        if self._given_app is None:
+            from workers.app import get_app
+
+            self._given_app = get_app(self.settings)
+        return self._given_app
 
     # -- lifecycle -------------------------------------------------------------------------
 
     def close(self) -> None:
-        if self._local_reads is not None:
-            self._local_reads.vectors.close()
-        self._pool.close()
-        self._redis.close()
+        self._clients.close()
 
     def __enter__(self) -> MemoryClient:
         return self
@@ -168,21 +186,15 @@ class MemoryClient:
         return self._write_many(prepared)
 
     def _write(self, new: NewMemory) -> WriteReceipt:
-        verdict = tier1_filter(new.content)
         with self._pool.connection() as conn:
-            if not verdict.keep:
-                conn.execute(INSERT_DECISION, drop_params(new, verdict.reason))
-                self._after_commit([new], publish_id=None)
-                return WriteReceipt(new.id, "dropped", verdict.reason)
-            row = conn.execute(INSERT_MEMORY_WITH_JOB, memory_params(new)).fetchone()
-            if row is None:
-                return self._resolve_conflict(conn, new)
-        self._after_commit([new], publish_id=new.id)
-        return WriteReceipt(new.id, "accepted", "queued for the write workers")
+            outcome = run_plan(conn, plan_write(new))
+        self._after_commit(outcome.window, publish_id=outcome.publish_id)
+        return outcome.receipt
 
     def _write_many(self, batch: Sequence[NewMemory]) -> list[WriteReceipt]:
         receipts: list[WriteReceipt | None] = [None] * len(batch)
         inserted: list[int] = []
+        republished: list[uuid.UUID] = []
         with self._pool.connection() as conn:
             with conn.pipeline(), conn.cursor() as cur:
                 pending: list[tuple[int, NewMemory]] = []
@@ -208,55 +220,43 @@ class MemoryClient:
                 if receipts[index] is not None:
                     continue
                 if index in done:
-                    receipts[index] = WriteReceipt(new.id, "accepted", "queued for the workers")
+                    receipts[index] = WriteReceipt(new.id, "accepted", ACCEPTED)
                 else:
-                    receipts[index] = self._resolve_conflict(conn, new)
+                    outcome = run_plan(conn, plan_conflict(new))
+                    receipts[index] = outcome.receipt
+                    if outcome.publish_id is not None:
+                        republished.append(outcome.publish_id)
+        publish_ids = [batch[index].id for index in inserted[:1]] + republished[:1]
         self._after_commit(
             [
                 new
                 for new, receipt in zip(batch, receipts, strict=True)
                 if receipt is not None and receipt.status != "duplicate"
             ],
-            publish_id=batch[inserted[0]].id if inserted else None,
+            publish_id=publish_ids[0] if publish_ids else None,
         )
         return [receipt for receipt in receipts if receipt is not None]
 
-    def _resolve_conflict(self, conn: Any, new: NewMemory) -> WriteReceipt:
-        conflict = find_conflict(conn, new)
-        if conflict is None:  # deleted between the insert and this look: write it again
-            row = conn.execute(INSERT_MEMORY_WITH_JOB, memory_params(new)).fetchone()
-            if row is not None:
-                self._after_commit([], publish_id=new.id)
-                return WriteReceipt(new.id, "accepted", "queued for the write workers")
-            raise RuntimeError(f"memory {new.id} conflicts but cannot be found")
-        existing, reason, record_drop = conflict_outcome(new, conflict)
-        if record_drop:
-            conn.execute(INSERT_DECISION, drop_params(new, reason))
-        return WriteReceipt(existing, "duplicate", reason)
-
     def _after_commit(self, turns: Sequence[NewMemory], *, publish_id: uuid.UUID | None) -> None:
-        """One Redis round trip after COMMIT: the turns into their sessions' working-memory
-        windows and, when a write was inserted, the drain flag; a drain is published only if
-        no other was queued. Failures are logged, never raised: the rows are durable, and the
-        outbox relay publishes what was not.
-
-        Dropped turns go into the window too: it is the conversation as it happened.
-        """
+        """One Redis round trip after COMMIT (``queue_after_commit``); a drain is published
+        only if no other was queued. Failures are logged, never raised: the rows are durable,
+        and the outbox relay publishes what was not."""
+        if not turns and publish_id is None:
+            return
         try:
             pipe = self._redis.pipeline(transaction=False)
-            queue_push(
+            queue_after_commit(
                 pipe,
-                [turn_record(new) for new in turns],
-                max_turns=self._working_memory.max_turns,
-                ttl_s=self._working_memory.ttl_s,
+                turns,
+                publish_id,
+                max_turns=self.settings.working_memory_max_turns,
+                ttl_s=self.settings.working_memory_ttl_s,
             )
-            if publish_id is not None:
-                queue_drain_flag(pipe, str(publish_id))
-            flag_set = pipe.execute()[-1] if publish_id is not None else False
+            replies = pipe.execute()
         except redis.RedisError as exc:
             log.warning("after-commit Redis round trip failed (%s); the relay will publish", exc)
             return
-        if flag_set:
+        if must_publish(replies, publish_id):
             try:
                 send_drain(self._app, str(publish_id))
             except Exception as exc:
@@ -269,8 +269,8 @@ class MemoryClient:
     def affected_by(self, query: str, *, tenant_id: str, max_hops: int = 3) -> Traversal:
         """Multi-hop: the memories ``query`` is about, then what their causal links reach
         ("what does the delay of the auth module affect?")."""
-        from pipelines.assemble import QUERY_MAX_BYTES
-        from workers.cognition_service import affected_by
+        from pipelines.read.request import QUERY_MAX_BYTES
+        from workers.read.affected import affected_by
 
         check_id("tenant_id", tenant_id)
         check_text("query", query, QUERY_MAX_BYTES)
@@ -282,11 +282,7 @@ class MemoryClient:
         """The task is finished: its memories get an L3 task summary in the background."""
         check_id("tenant_id", tenant_id)
         check_id("task_id", task_id)
-        self._app.send_task(
-            "memory.compress.complete_task",
-            kwargs={"tenant_id": tenant_id, "task_id": task_id},
-            queue="compress",
-        )
+        publish(TaskName.COMPLETE_TASK, app=self._app, tenant_id=tenant_id, task_id=task_id)
 
     # -- task checkpoints -------------------------------------------------------------------
 
@@ -343,10 +339,13 @@ class MemoryClient:
         ).content
         if not 1 <= limit <= 100:
             raise InvalidInput("limit", f"must be between 1 and 100, got {limit}", "100")
-        result = self._app.send_task(
-            "memory.recall.search",
-            kwargs={"tenant_id": tenant_id, "query": text, "task_id": task_id, "limit": limit},
-            queue="recall",
+        result = publish(
+            TaskName.RECALL_SEARCH,
+            app=self._app,
+            tenant_id=tenant_id,
+            query=text,
+            task_id=task_id,
+            limit=limit,
         )
         hits: list[dict[str, Any]] = result.get(timeout=timeout_s)
         return hits
@@ -375,9 +374,10 @@ class MemoryClient:
         :class:`InvalidInput` naming the field and the limit, before anything is sent.
 
         Embedded mode: the store's owner assembles it (``memory.recall.context`` on the
-        ``recall`` queue). With a Qdrant server the pipeline runs here, bound the same way.
+        ``recall`` queue). With a Qdrant server the pipeline runs here, on this client's own
+        clients. Either way the call is checked here, once.
         """
-        from workers.read_service import check_context_call, layout_of
+        from workers.read.request import check_context_call, layout_of
 
         call = check_context_call(
             tenant_id=tenant_id,
@@ -391,73 +391,33 @@ class MemoryClient:
             task_context=task_context,
             variables=variables,
             scratch=scratch,
-            counter=self._token_counter(),
+            counter=self._clients.counter,
             layout=layout_of(self.settings),
             content_max_bytes=self.settings.content_max_bytes,
         )
-        if self.settings.qdrant_url:
-            from workers.read_service import context_answer
+        if not self.settings.store_is_embedded:
+            from workers.read.context import answer_call
+            from workers.read.touch import publish_touch
 
-            answer = context_answer(self._read_stores(), call.to_json(), self._publish_touch)
-        else:
-            result = self._app.send_task(
-                "memory.recall.context", kwargs=call.to_json(), queue="recall"
+            app = self._app
+            return answer_call(
+                self._clients,
+                call,
+                lambda tenant, ids, at: publish_touch(tenant, ids, at, app=app),
             )
-            answer = result.get(timeout=timeout_s or self.settings.context_timeout_s)
-        return self._context_from(answer)
+        result = publish(TaskName.RECALL_CONTEXT, app=self._app, **call.to_json())
+        return self._context_from(result.get(timeout=timeout_s or self.settings.context_timeout_s))
 
     def _context_from(self, answer: Any) -> AssembledContext:
-        from pipelines.assemble import AssembledContext
+        """The owner's JSON answer: the context, or the typed error it refused the call with."""
+        from pipelines.read.assemble import AssembledContext
 
         if not isinstance(answer, dict):
             raise RuntimeError(f"memory.recall.context answered {type(answer).__name__}")
         error = answer.get("error")
         if isinstance(error, dict):
-            message = str(error.get("message", "invalid"))
-            field = str(error.get("field", "arguments"))
-            prefix = f"{field}: "
-            raise InvalidInput(
-                field,
-                message[len(prefix) :] if message.startswith(prefix) else message,
-                error.get("limit"),
-            )
+            raise InvalidInput.from_json(error)
         return AssembledContext.model_validate(answer["context"])
-
-    def _token_counter(self) -> TokenCounter:
-        if self._counter is None:
-            from workers.adapters.tokenizer import load_token_counter
-
-            self._counter = load_token_counter(self.settings.tokenizer)
-        return self._counter
-
-    def _read_stores(self) -> ReadStores:
-        """Server mode: the read path bound in this process (the Qdrant server is shared)."""
-        if self._local_reads is None:
-            from workers.adapters import build_embedder, build_llm, build_vector_index
-            from workers.read_service import ReadStores
-
-            self._local_reads = ReadStores(
-                settings=self.settings,
-                pool=self._pool,
-                vectors=build_vector_index(self.settings),
-                embedder=build_embedder(self.settings),
-                llm=build_llm(self.settings),
-                counter=self._token_counter(),
-                working_memory=self._working_memory,
-                collection=f"{self.settings.collection_prefix}_episodic",
-            )
-        return self._local_reads
-
-    def _publish_touch(self, tenant_id: str, memory_ids: list[str], accessed_at: datetime) -> None:
-        self._app.send_task(
-            "memory.maintenance.touch_memories",
-            kwargs={
-                "tenant_id": tenant_id,
-                "memory_ids": memory_ids,
-                "accessed_at": accessed_at.isoformat(),
-            },
-            queue="maintenance",
-        )
 
     def wait_until_settled(
         self, memory_ids: Iterable[uuid.UUID], *, timeout_s: float = 30.0

@@ -20,7 +20,7 @@ from memharness.client import MemoryClient, WriteReceipt
 from memharness.demo_script import RECALL_QUERIES, script
 from memharness.processes import Managed, start_beat, start_flower, start_worker, wait_for_worker
 from memharness.stats import collect_stats, format_stats
-from pipelines.budget import Partition
+from pipelines.read.budget import Partition
 from workers.db import migrate
 
 TASK = "atlas-billing-migration"
@@ -52,9 +52,9 @@ def _wait_for_flower(settings: Settings, flower: Managed, timeout_s: float = 30)
 
 def _wait_for_external_workers(settings: Settings, timeout_s: float = 60) -> list[str]:
     """Workers of a deployment (docker compose): wait until one answers for each role."""
-    from workers.app import create_app
+    from workers.app import get_app
 
-    app = create_app(settings)
+    app = get_app(settings)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         replies = app.control.ping(timeout=1.0) or []

@@ -8,8 +8,9 @@ import psycopg
 import redis
 
 from config import Settings
-from workers.db.writes import funnel
+from workers.queues import TaskName
 from workers.tasking import METRICS_KEY
+from workers.write.sql import funnel
 
 
 def collect_stats(settings: Settings, tenant_id: str | None = None) -> dict[str, Any]:
@@ -20,14 +21,10 @@ def collect_stats(settings: Settings, tenant_id: str | None = None) -> dict[str,
             "SELECT dead_reason, count(*) FROM jobs WHERE status = 'dead' "
             "GROUP BY 1 ORDER BY 2 DESC LIMIT 5"
         ).fetchall()
-    from workers.app import create_app
-    from workers.tasking import REGISTERED
-
-    create_app(settings).loader.import_default_modules()
     tasks: dict[str, dict[str, float]] = {}
     try:
         client = redis.Redis.from_url(settings.redis_url, socket_timeout=2)
-        for name in sorted(REGISTERED):
+        for name in sorted(TaskName):
             raw = client.hgetall(METRICS_KEY.format(name=name))
             if raw:
                 tasks[name] = {_text(k): float(v) for k, v in raw.items()}

@@ -1,336 +1,49 @@
 """Ports: what the pure pipelines need from the outside world, as Protocols.
 
-Adapters in ``workers/adapters`` implement them (the ``openai`` client, qdrant-client, the
-hashing embedder, the offline rules). Nothing in ``pipelines`` imports celery, psycopg,
-qdrant_client or openai; a test checks that.
+Each pipeline declares the narrow protocol it calls (``WriteLLM``, ``FocusLLM``,
+``CompressionLLM``, ...), next to the records it exchanges; :class:`LLM` is their composition,
+the whole cognitive engine an adapter implements. The vector index and the embedder are the
+index's ports (``pipelines.index.vectors``), the token counter the read path's
+(``pipelines.read.tokens``); they are named here too, so that one import gives a worker every
+port it binds.
+
+Adapters in ``workers/adapters`` implement them (the ``openai`` client, qdrant-edge,
+qdrant-client, the hashing embedder, the offline rules). Nothing in ``pipelines`` imports
+celery, psycopg, qdrant_client or openai, and no pipeline imports this module; tests check
+both.
 """
 
 from __future__ import annotations
 
-import json
-import uuid
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field
+from pipelines.cognition.knowledge import KnowledgeExtractor
+from pipelines.cognition.link import CausalProposer
+from pipelines.cognition.protocol import CompressionLLM
+from pipelines.index.vectors import Embedder, VectorIndex
+from pipelines.read.focus import FocusLLM
+from pipelines.read.rerank import RerankLLM
+from pipelines.read.rewrite import RewriteLLM
+from pipelines.read.tokens import TokenCounter
+from pipelines.read.window import Summarizer
+from pipelines.state.calibration import CalibrationLLM
+from pipelines.write.decide import WriteLLM
 
-from pipelines.checkpoint import ResumeCalibration, TaskCheckpoint
-from pipelines.records import MemoryType
-
-if TYPE_CHECKING:  # the read path's records import this module: no cycle at run time
-    from pipelines.compress import AnnotateRequest, AnnotationBatch, CompressRequest, SummaryOutput
-    from pipelines.consolidate import KnowledgeBatch
-    from pipelines.focus import FocusDirective, TaskPhase
-    from pipelines.link import CausalBatch
-    from pipelines.records import EpisodicMemory
-    from pipelines.retrieve import RerankItem
-    from pipelines.rewrite import QueryVariants
-
-
-class LLMError(Exception):
-    """Base of the errors an LLM adapter raises."""
-
-
-class TransientLLMError(LLMError):
-    """Worth retrying later: a timeout, a rate limit, a 5xx, a dropped connection."""
-
-
-class MalformedLLMOutput(LLMError):
-    """The model answered, but not with JSON that fits the schema."""
-
-
-class WriteJudgement(BaseModel):
-    """A tier-2 or tier-3 answer: keep the memory or not, what it is, how sure."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore")
-
-    keep: bool
-    type: MemoryType
-    confidence: float = Field(ge=0.0, le=1.0)
-    importance: float = Field(0.5, ge=0.0, le=1.0)
-    reason: str = Field(min_length=1, max_length=500)
+__all__ = ["LLM", "Embedder", "TokenCounter", "VectorIndex"]
 
 
 @runtime_checkable
-class LLM(Protocol):
-    """The cognitive engine. ``name`` says which adapter answered (kept with decisions)."""
-
-    @property
-    def name(self) -> str: ...
-
-    def judge_write(self, content: str, type_hint: MemoryType | None) -> WriteJudgement:
-        """Tier 2: a fast call. Is this worth keeping, what type, how confident?"""
-        ...
-
-    def deep_judge_write(
-        self, content: str, type_hint: MemoryType | None, first: WriteJudgement
-    ) -> WriteJudgement:
-        """Tier 3: a careful second look when tier 2 was unsure."""
-        ...
-
-    def summarize(self, content: str, max_words: int) -> str:
-        """A short summary that keeps decisions, preferences, state changes, identifiers."""
-        ...
-
-    def calibrate_resume(self, checkpoint: TaskCheckpoint, elapsed_s: float) -> ResumeCalibration:
-        """Resuming ``checkpoint`` after ``elapsed_s``: which pending actions must be checked
-        against the outside world first (``pipelines.checkpoint.offline_calibration``)."""
-        ...
-
-    # -- the read path (pipelines.focus, pipelines.rewrite, pipelines.retrieve) --------------
-
-    def focus_directive(
-        self, query: str, phase: TaskPhase | None, hint: str | None
-    ) -> FocusDirective:
-        """Which kinds of information this step needs (``pipelines.focus.offline_focus``)."""
-        ...
-
-    def rewrite_query(self, query: str, phase: str | None, focus: Sequence[str]) -> QueryVariants:
-        """Literal, intent and associative variants (``pipelines.rewrite.offline_rewrite``)."""
-        ...
-
-    def rerank(
-        self,
-        query: str,
-        items: Sequence[RerankItem],
-        *,
-        phase: TaskPhase | None,
-        focus: FocusDirective,
-    ) -> list[float]:
-        """One relevance in [0, 1] per item, in the items' order (the task-aware reranker)."""
-        ...
-
-    # -- background cognition (pipelines.compress, .consolidate, .link) ---------------------
-
-    def annotate_segments(self, request: AnnotateRequest) -> AnnotationBatch:
-        """Compression stage 1: each segment's kind, entities, identifiers, resolved text."""
-        ...
-
-    def compress_segments(self, request: CompressRequest) -> SummaryOutput:
-        """Compression stage 2: the summary within ``request.target_words``."""
-        ...
-
-    def extract_knowledge(self, memories: Sequence[EpisodicMemory]) -> KnowledgeBatch:
-        """Consolidation stage 1: preferences, patterns, mistakes, conventions."""
-        ...
-
-    def propose_causal(
-        self, memory: EpisodicMemory, candidates: Sequence[EpisodicMemory]
-    ) -> CausalBatch:
-        """Causal edges between ``memory`` and ``candidates``, with their direction."""
-        ...
-
-
-@runtime_checkable
-class Embedder(Protocol):
-    @property
-    def version(self) -> str:
-        """Model and size, e.g. ``hashing-v1/384``: scores never mix two versions."""
-        ...
-
-    @property
-    def dim(self) -> int: ...
-
-    def embed(self, texts: Sequence[str]) -> list[list[float]]: ...
-
-
-# Names of the two dense vectors of a point: what the memory says, and the situation it was
-# written in (phase, focus, trigger; ``pipelines.embedding_context``).
-CONTENT_VECTOR = "content"
-CONTEXT_VECTOR = "context"
-
-
-class VectorPoint(BaseModel):
-    """One memory in the index. ``vector`` is the content vector; ``context`` the optional
-    context vector (same embedder, same size). The id is the memory id."""
-
-    model_config = ConfigDict(frozen=True)
-
-    id: uuid.UUID
-    vector: list[float]
-    payload: dict[str, Any]
-    context: list[float] | None = None
-
-
-# A point's (tenant, task) pair as one indexed payload value: a task-scoped search then
-# filters on one keyword index instead of intersecting the tenant's and the task's (at 100k
-# points a batch of four searches took 3.5 ms with the two conditions and 1.2 with one).
-SCOPE_FIELD = "scope"
-
-
-def scope_key(tenant_id: str, task_id: str) -> str:
-    """The ``SCOPE_FIELD`` value of a tenant's task: the JSON of the pair, so no two pairs
-    share a value whatever characters their ids hold."""
-    return json.dumps([tenant_id, task_id], ensure_ascii=False, separators=(",", ":"))
-
-
-class VectorHit(NamedTuple):
-    """One point of a search answer. A named tuple, not a model: the adapters build a
-    hundred or more per search from values the engine already typed (a third of a
-    model's cost), and every adapter gives ``payload`` its own dict."""
-
-    id: uuid.UUID
-    score: float
-    payload: dict[str, Any]
-
-
-class CollectionParams(BaseModel):
-    """Index parameters of one collection (README "Vector index"). ``pq`` is the product
-    quantization compression ratio (``x4`` … ``x32``), or None for full-precision search."""
-
-    model_config = ConfigDict(frozen=True)
-
-    hnsw_m: int = Field(16, ge=4, le=128)
-    hnsw_ef_construct: int = Field(200, ge=4, le=4096)
-    search_ef: int = Field(128, ge=1, le=4096)
-    pq: str | None = Field(None, pattern=r"^x(4|8|16|32|64)$")
-
-
-class CollectionStats(BaseModel):
-    """What the maintenance rules need: live points and points deleted since the build."""
-
-    model_config = ConfigDict(frozen=True)
-
-    name: str
-    points: int = Field(ge=0)
-    deleted: int = Field(ge=0)
-    segments: int = Field(ge=0)
-
-    @property
-    def deleted_ratio(self) -> float:
-        total = self.points + self.deleted
-        return self.deleted / total if total else 0.0
-
-
-class ContextFusion(BaseModel):
-    """Search both named vectors; a hit scores content_weight·cos(content) +
-    context_weight·cos(context), a side the point is missing from counting 0."""
-
-    model_config = ConfigDict(frozen=True)
-
-    context: list[float]
-    content_weight: float = Field(ge=0.0)
-    context_weight: float = Field(ge=0.0)
-
-
-@runtime_checkable
-class VectorIndex(Protocol):
-    """A narrow vector store: tenant scope is a required argument of every read.
-
-    Readers and writers name collections by alias (``memharness_episodic``); the physical
-    collection behind an alias is a generation (``memharness_episodic__g3``) that a rebuild
-    replaces by switching the alias in one call. Every method taking ``collection`` accepts
-    either an alias or a physical name.
-    """
-
-    def ensure_collection(
-        self,
-        name: str,
-        dim: int,
-        params: CollectionParams | None = None,
-        embedding_version: str | None = None,
-    ) -> None:
-        """Make ``name`` usable: an existing alias or collection is checked for its vector
-        size; otherwise generation 1 is created with ``params`` and aliased as ``name``,
-        recording ``embedding_version`` as the version of the vectors it holds."""
-        ...
-
-    def create_collection(
-        self,
-        name: str,
-        dim: int,
-        params: CollectionParams,
-        embedding_version: str | None = None,
-    ) -> None:
-        """A new physical collection (content + context vectors, payload indexes) that
-        records ``embedding_version``: the embedder version of every vector it will hold."""
-        ...
-
-    def embedding_version(self, collection: str) -> str | None:
-        """The embedding version recorded for the physical collection behind ``collection``
-        (alias or name); None when none was recorded (a store from before versions were
-        kept) or the collection does not exist."""
-        ...
-
-    def set_embedding_version(self, collection: str, version: str) -> None:
-        """Record ``version`` for the physical collection behind ``collection``."""
-        ...
-
-    def drop_collection(self, name: str) -> None: ...
-
-    def collections(self) -> list[str]:
-        """Physical collections, sorted."""
-        ...
-
-    def resolve(self, name: str) -> str | None:
-        """The physical collection behind an alias (or the name itself); None if neither."""
-        ...
-
-    def switch_alias(self, alias: str, collection: str) -> str | None:
-        """Point ``alias`` at ``collection`` atomically; returns the previous target."""
-        ...
-
-    def upsert(self, collection: str, points: Sequence[VectorPoint]) -> None: ...
-
-    def delete(self, collection: str, ids: Sequence[uuid.UUID]) -> None:
-        """Delete by ids; those that existed count towards ``stats().deleted``."""
-        ...
-
-    def count(self, collection: str, tenant_id: str | None = None) -> int: ...
-
-    def stats(self, collection: str) -> CollectionStats: ...
-
-    def scroll_ids(
-        self, collection: str, offset: uuid.UUID | None = None, limit: int = 1000
-    ) -> tuple[list[uuid.UUID], uuid.UUID | None]:
-        """One page of point ids in id order and the offset of the next (None: done)."""
-        ...
-
-    def retrieve(self, collection: str, ids: Sequence[uuid.UUID]) -> list[VectorPoint]:
-        """The stored points (both vectors and payload) of those ``ids`` that exist."""
-        ...
-
-    def search(
-        self,
-        collection: str,
-        vector: Sequence[float],
-        *,
-        tenant_id: str,
-        task_id: str | None = None,
-        limit: int = 10,
-        using: str = CONTENT_VECTOR,
-        fusion: ContextFusion | None = None,
-        since_ts: float | None = None,
-        with_payload: bool = True,
-        ids: Sequence[uuid.UUID] | None = None,
-    ) -> list[VectorHit]:
-        """Nearest points inside the tenant's scope. With ``fusion`` the content vector
-        (``vector``) and the context vector are searched together and each score is the
-        weighted sum of the two cosines (``ContextFusion``). ``with_payload=False`` returns
-        ids and scores only (the read path reads rows from PostgreSQL anyway). ``ids``
-        restricts the search to those points (the scores of known memories, from their
-        stored vectors)."""
-        ...
-
-    def search_many(
-        self,
-        collection: str,
-        vectors: Sequence[Sequence[float]],
-        *,
-        tenant_id: str,
-        task_id: str | None = None,
-        limit: int = 10,
-        using: str = CONTENT_VECTOR,
-        fusion: ContextFusion | None = None,
-        since_ts: float | None = None,
-        with_payload: bool = True,
-    ) -> list[list[VectorHit]]:
-        """``search`` of each vector with the same scope and options, in one call (one
-        planned batch where the engine has one); the answers in the order of ``vectors``."""
-        ...
-
-    def optimize(self, collection: str) -> None:
-        """Compaction: vacuum deleted points, merge segments, (re)build the HNSW graph."""
-        ...
-
-    def close(self) -> None: ...
+class LLM(
+    WriteLLM,
+    Summarizer,
+    CalibrationLLM,
+    FocusLLM,
+    RewriteLLM,
+    RerankLLM,
+    CompressionLLM,
+    KnowledgeExtractor,
+    CausalProposer,
+    Protocol,
+):
+    """The cognitive engine: every call a pipeline makes of a model. ``name`` says which
+    adapter answered (kept with decisions and summaries)."""

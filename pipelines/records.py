@@ -1,7 +1,9 @@
-"""Records of the memory system as pydantic models, and the input checks of the write path.
+"""Records of the memory system that every path shares: memories, their types, levels
+and statuses, the phase of a task, and the input checks every request makes.
 
-Limits raise :class:`InvalidInput`, which names the field and the limit; nothing here talks to
-a store, so a bad input is refused before anything is written.
+A check that fails raises :class:`pipelines.errors.InvalidInput`, which names the field and
+the limit; nothing here talks to a store, so a bad input is refused before anything is
+written.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from pipelines.errors import InvalidInput
+
 # The namespace of every deterministic id of the project (memory ids, decision ids). Fixed
 # forever: changing it would make a replayed write produce a second memory.
 ID_NAMESPACE = uuid.UUID("6f1c1e4e-6a8b-5b43-9d0e-8b7f3f0c2a11")
@@ -24,16 +28,6 @@ ID_NAMESPACE = uuid.UUID("6f1c1e4e-6a8b-5b43-9d0e-8b7f3f0c2a11")
 # Tenant, task, session, user and agent ids: printable, no spaces, short enough to index.
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@/+-]{0,127}$")
 ID_MAX_CHARS = 128
-IDEMPOTENCY_KEY_MAX_CHARS = 200
-
-
-class InvalidInput(ValueError):
-    """A value the caller passed breaks a rule; ``field`` names it and ``limit`` the rule."""
-
-    def __init__(self, field: str, message: str, limit: str | None = None) -> None:
-        self.field = field
-        self.limit = limit
-        super().__init__(f"{field}: {message}")
 
 
 class MemoryType(StrEnum):
@@ -230,104 +224,17 @@ class SemanticMemory(BaseModel):
     updated_at: datetime | None = None
 
 
-class NewMemory(BaseModel):
-    """A validated write request: what ``MemoryClient.record`` inserts."""
-
-    model_config = ConfigDict(frozen=True)
-
-    id: uuid.UUID
-    tenant_id: str
-    user_id: str | None
-    agent_id: str | None
-    task_id: str
-    session_id: str
-    timestamp: datetime
-    type: MemoryType | None
-    content: str
-    content_hash: bytes
-    modality: Modality
-    metadata: dict[str, Any]
-    idempotency_key: str | None
-
-
-def memory_id_for(
-    tenant_id: str, task_id: str, session_id: str, content_hash: bytes, key: str | None
-) -> uuid.UUID:
-    """The deterministic id of a write: a retried call gets the id of its first attempt.
-
-    A caller's key is unique within the tenant (like an HTTP Idempotency-Key); without one the
-    content hash stands in for it within (tenant, task, session).
-    """
-    if key is not None:
-        return uuid.uuid5(ID_NAMESPACE, f"key\x1f{tenant_id}\x1f{key}")
-    return uuid.uuid5(
-        ID_NAMESPACE, f"hash\x1f{tenant_id}\x1f{task_id}\x1f{session_id}\x1f{content_hash.hex()}"
-    )
-
-
-def prepare_write(
-    content: object,
-    *,
-    tenant_id: object,
-    task_id: object,
-    session_id: object,
-    type: object = None,
-    user_id: object = None,
-    agent_id: object = None,
-    timestamp: object = None,
-    modality: object = "text",
-    metadata: object = None,
-    idempotency_key: object = None,
-    content_max_bytes: int = 65536,
-    metadata_max_bytes: int = 8192,
-) -> NewMemory:
-    """Validate a write request and give it its deterministic id. Pure: nothing is stored."""
-    tenant = check_id("tenant_id", tenant_id)
-    task = check_id("task_id", task_id)
-    session = check_id("session_id", session_id)
-    assert tenant is not None and task is not None and session is not None
-    user = check_id("user_id", user_id, required=False)
-    agent = check_id("agent_id", agent_id, required=False)
-    text = check_text("content", content, content_max_bytes)
-    memory_type = None if type is None else check_enum("type", type, MemoryType)
-    mode = check_enum("modality", modality, Modality)
-    meta = check_metadata(metadata, metadata_max_bytes)
-    when = check_timestamp(timestamp)
-    key: str | None = None
-    if idempotency_key is not None:
-        if not isinstance(idempotency_key, str):
-            raise InvalidInput(
-                "idempotency_key", f"must be a string, got {type_name(idempotency_key)}"
-            )
-        if not idempotency_key.strip() or len(idempotency_key) > IDEMPOTENCY_KEY_MAX_CHARS:
-            raise InvalidInput(
-                "idempotency_key",
-                f"must be 1-{IDEMPOTENCY_KEY_MAX_CHARS} characters, got {len(idempotency_key)}",
-                limit=f"{IDEMPOTENCY_KEY_MAX_CHARS} chars",
-            )
-        check_text("idempotency_key", idempotency_key, IDEMPOTENCY_KEY_MAX_CHARS * 4)
-        key = idempotency_key
-    digest = content_hash(text)
-    return NewMemory(
-        id=memory_id_for(tenant, task, session, digest, key),
-        tenant_id=tenant,
-        user_id=user,
-        agent_id=agent,
-        task_id=task,
-        session_id=session,
-        timestamp=when,
-        type=memory_type,
-        content=text,
-        content_hash=digest,
-        modality=mode,
-        metadata=meta,
-        idempotency_key=key,
-    )
-
-
 def content_hash(text: str) -> bytes:
     return hashlib.sha256(text.encode("utf-8")).digest()
 
 
 def type_name(value: object) -> str:
     return builtins.type(value).__name__
+
+
+class TaskPhase(StrEnum):
+    PLANNING = "planning"
+    EXECUTION = "execution"
+    DEBUGGING = "debugging"
+    REVIEW = "review"
+    REFLECTION = "reflection"

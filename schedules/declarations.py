@@ -15,14 +15,13 @@ from celery.schedules import schedule as schedule_every
 
 from config import Settings
 from schedules.leader import LeaderGated, ZonedCrontab
-from workers.queues import CeleryQueue
+from workers.queues import CeleryQueue, IndexJob, TaskName
 
 
 @dataclass(frozen=True)
 class PeriodicJob:
     key: str
-    task: str
-    queue: CeleryQueue
+    task: TaskName
     description: str
     every_s: float | None = None
     # crontab fields "minute hour day_of_month month day_of_week", local to the scheduler.
@@ -32,79 +31,68 @@ class PeriodicJob:
         if (self.every_s is None) == (self.cron is None):
             raise ValueError(f"{self.key}: give exactly one of every_s and cron")
 
+    @property
+    def queue(self) -> CeleryQueue:
+        return self.task.queue
+
 
 def declarations(settings: Settings) -> tuple[PeriodicJob, ...]:
     return (
         PeriodicJob(
             key="outbox-relay",
-            task="memory.maintenance.relay_outbox",
-            queue=CeleryQueue.MAINTENANCE,
+            task=TaskName.RELAY_OUTBOX,
             every_s=settings.relay_interval_s,
             description="re-publish write jobs whose message was lost or whose worker died",
         ),
         # Index maintenance runs in the embedded store's owner (embed queue), or on any
-        # maintenance worker with a Qdrant server (workers.tasks.index.index_queue).
+        # maintenance worker with a Qdrant server (IndexJob.task).
         PeriodicJob(
             key="index-check",
-            task="memory.maintenance.check_index"
-            if settings.qdrant_url
-            else "memory.embed.check_index",
-            queue=CeleryQueue.MAINTENANCE if settings.qdrant_url else CeleryQueue.EMBED,
+            task=IndexJob.CHECK.task(settings),
             every_s=settings.index_check_interval_s,
             description="rebuild a vector collection once too much of it was deleted",
         ),
         PeriodicJob(
             key="index-compaction",
-            task="memory.maintenance.compact_index"
-            if settings.qdrant_url
-            else "memory.embed.compact_index",
-            queue=CeleryQueue.MAINTENANCE if settings.qdrant_url else CeleryQueue.EMBED,
+            task=IndexJob.COMPACT.task(settings),
             cron=settings.index_compaction_cron,
             description="vacuum deleted points and merge segments of the vector collections",
         ),
         PeriodicJob(
             key="index-reconcile",
-            task="memory.maintenance.reconcile_index"
-            if settings.qdrant_url
-            else "memory.embed.reconcile_index",
-            queue=CeleryQueue.MAINTENANCE if settings.qdrant_url else CeleryQueue.EMBED,
+            task=IndexJob.RECONCILE.task(settings),
             cron=settings.index_reconcile_cron,
             description="make the vector index equal to PostgreSQL: embed missing, drop orphans",
         ),
-        # Background cognition (workers.cognition_service).
+        # Background cognition (workers.cognition).
         PeriodicJob(
             key="decay-sweep",
-            task="memory.maintenance.decay_sweep",
-            queue=CeleryQueue.MAINTENANCE,
+            task=TaskName.DECAY_SWEEP,
             every_s=settings.decay_interval_s,
             description="forgetting curve over idle tenants: store retention, evict and log",
         ),
         PeriodicJob(
             key="compression-promotion",
-            task="memory.maintenance.schedule_compression",
-            queue=CeleryQueue.MAINTENANCE,
+            task=TaskName.SCHEDULE_COMPRESSION,
             every_s=settings.compress_tick_s,
             description="start an L0->L1->L2 compression sweep when due; sooner past the "
             "capacity watermark",
         ),
         PeriodicJob(
             key="quality-sampling",
-            task="memory.quality.sweep",
-            queue=CeleryQueue.QUALITY,
+            task=TaskName.QUALITY_SWEEP,
             every_s=settings.quality_interval_s,
             description="check summaries not checked yet; roll back those below the bar",
         ),
         PeriodicJob(
             key="nightly-consolidation",
-            task="memory.consolidate.nightly",
-            queue=CeleryQueue.CONSOLIDATE,
+            task=TaskName.CONSOLIDATE_NIGHTLY,
             cron=settings.consolidate_cron,
             description="per tenant: episodes to semantic knowledge",
         ),
         PeriodicJob(
             key="cognition-relay",
-            task="memory.maintenance.relay_cognition",
-            queue=CeleryQueue.MAINTENANCE,
+            task=TaskName.RELAY_COGNITION,
             every_s=settings.relay_interval_s,
             description="re-publish overdue embed/unindex jobs and links of unlinked memories",
         ),

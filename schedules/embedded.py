@@ -12,6 +12,7 @@ from celery import Celery
 from config import Settings
 from schedules.declarations import PeriodicJob, declarations
 from schedules.leader import LeaderLock, leader_lock, resolve_zone
+from workers.publish import publish
 
 log = logging.getLogger(__name__)
 
@@ -19,7 +20,7 @@ log = logging.getLogger(__name__)
 def _publish(app: Celery, job: PeriodicJob, lock: LeaderLock) -> None:
     # Two embedded nodes sharing one Redis would double every job; the lease settles it.
     if lock.is_leader():
-        app.send_task(job.task, queue=job.queue.value)
+        publish(job.task, app=app)
 
 
 def build_scheduler(settings: Settings, app: Celery) -> BackgroundScheduler:

@@ -37,9 +37,6 @@ TEST_ENV: dict[str, str] = {
 }
 os.environ.update(TEST_ENV)
 
-TABLES = ("write_decisions", "jobs", "memory_links", "semantic_memories", "memories",
-          "dead_letters")  # fmt: skip
-
 
 def _service_problem() -> str | None:
     import psycopg

@@ -1,5 +1,10 @@
 """The Celery application: JSON only, late acks, prefetch 1, limits inside the visibility
-timeout, events on for Flower. Built from ``Settings``; nothing connects at import time."""
+timeout, events on for Flower. Built from ``Settings`` on first use, once per process and
+configuration; nothing is built or connects at import time.
+
+``celery -A workers.app:app`` reads the module attribute ``app``, which builds this process's
+app from the environment's settings.
+"""
 
 from __future__ import annotations
 
@@ -15,11 +20,11 @@ from workers.queues import CeleryQueue
 log = logging.getLogger(__name__)
 
 TASK_MODULES = (
-    "workers.tasks.write",
-    "workers.tasks.maintenance",
-    "workers.tasks.recall",
-    "workers.tasks.index",
-    "workers.tasks.cognition",
+    "workers.write.tasks",
+    "workers.read.tasks",
+    "workers.cognition.tasks",
+    "workers.index.tasks",
+    "workers.probes",
 )
 
 
@@ -75,23 +80,41 @@ def create_app(settings: Settings | None = None) -> Celery:
     return app
 
 
-app = create_app()
+_apps: dict[str, Celery] = {}
+
+
+def get_app(settings: Settings | None = None) -> Celery:
+    """This process's app for ``settings`` (default: the environment's), built on first use.
+
+    An agent that passes its own settings (another broker, a test's database) gets an app of
+    its own; every caller with the same settings shares one.
+    """
+    settings = settings or get_settings()
+    key = settings.model_dump_json()
+    if key not in _apps:
+        _apps[key] = create_app(settings)
+    return _apps[key]
+
+
+def __getattr__(name: str) -> Celery:
+    if name == "app":
+        return get_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @worker_process_init.connect
 def _warm_process_clients(**_: object) -> None:
     # Built here, once per pool process, after the fork: never inherited from the parent.
-    from workers.context import get_context, tune_gc
+    from workers.clients import get_clients, tune_gc
 
-    get_context()
-    consumed = getattr(app.amqp.queues, "consume_from", None) or {}
+    clients = get_clients()
+    consumed = getattr(get_app().amqp.queues, "consume_from", None) or {}
     if CeleryQueue.RECALL.value in consumed:
         # The store owner serves context(): its first call should not pay for opening the
         # stores and loading the tokenizer (about half a second).
-        from workers.tasks.recall import read_stores
-
         try:
-            read_stores().counter.count("warm")
+            clients.counter.count("warm")
+            clients.vectors, clients.embedder, clients.llm  # noqa: B018 (built, not used)
         except Exception as exc:  # a store still starting: the first call builds them
             log.warning("read path not warmed at start: %s", exc)
     tune_gc()
@@ -99,6 +122,6 @@ def _warm_process_clients(**_: object) -> None:
 
 @worker_process_shutdown.connect
 def _close_process_clients(**_: object) -> None:
-    from workers.context import close_context
+    from workers.clients import close_clients
 
-    close_context()
+    close_clients()

@@ -1,8 +1,9 @@
 """``memharness_task``: the one way to declare a task, with the project's defaults.
 
 Celery turns a misspelled option into a silent class attribute; this decorator refuses
-unknown options, pins the name to its queue, retries transient errors with backoff and
-jitter, counts runs for ``memharness stats``, and dead-letters a task whose retries ran out.
+unknown options, takes the name from ``TaskName`` (which says its queue), retries transient
+errors with backoff and jitter, counts runs for ``memharness stats``, and dead-letters a task
+whose retries ran out.
 """
 
 from __future__ import annotations
@@ -10,26 +11,22 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import re
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import psycopg
 import redis
-from celery import Task
+from celery import Task, shared_task
 from celery.exceptions import SoftTimeLimitExceeded
 
-from pipelines.ports import TransientLLMError
-from workers.app import app
-from workers.context import get_context
-from workers.queues import CeleryQueue
+from pipelines.errors import TransientLLMError
+from workers.clients import get_clients
+from workers.queues import CeleryQueue, TaskName
 
 log = logging.getLogger(__name__)
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-NAME_RE = re.compile(r"^memory\.[a-z]+\.[a-z][a-z0-9_]*$")
 
 # Errors worth another try: the database or broker blinked, the model was busy.
 TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
@@ -58,7 +55,7 @@ class MemharnessTask(Task[Any, Any]):
         log.error("task %s[%s] failed for good: %s", self.name, task_id, reason)
         try:
             payload = json.dumps({"args": list(args or ()), "kwargs": dict(kwargs or {})})
-            with get_context().pool.connection() as conn:
+            with get_clients().pool.connection() as conn:
                 conn.execute(
                     "INSERT INTO dead_letters (task_name, task_id, args, reason) "
                     "VALUES (%s, %s, %s, %s) ON CONFLICT (task_id) DO NOTHING",
@@ -68,9 +65,29 @@ class MemharnessTask(Task[Any, Any]):
             log.exception("could not record the dead letter of %s[%s]", self.name, task_id)
 
 
+# A long job's soft limit comes this long before its hard one: time to log and let go.
+LONG_JOB_MARGIN_S = 30
+
+
+class LongMemharnessTask(MemharnessTask):
+    """A job that may run for many minutes (a rebuild of 100k points builds its HNSW graph for
+    ~133 s on these machines, DESIGN.md): half the broker's visibility timeout, the bound the
+    settings validator sets for every limit. Read from the settings when the task runs."""
+
+    abstract = True
+
+    @property
+    def time_limit(self) -> int:  # type: ignore[override]
+        return get_clients().settings.broker_visibility_timeout_s // 2
+
+    @property
+    def soft_time_limit(self) -> int:  # type: ignore[override]
+        return self.time_limit - LONG_JOB_MARGIN_S
+
+
 def _count(name: str, outcome: str, elapsed_s: float) -> None:
     try:
-        pipe = get_context().redis.pipeline(transaction=False)
+        pipe = get_clients().redis.pipeline(transaction=False)
         key = METRICS_KEY.format(name=name)
         pipe.hincrby(key, outcome, 1)
         pipe.hincrbyfloat(key, "seconds", elapsed_s)
@@ -80,17 +97,19 @@ def _count(name: str, outcome: str, elapsed_s: float) -> None:
 
 
 def memharness_task(
-    name: str,
+    name: TaskName,
     *,
-    queue: CeleryQueue,
     retry_on: tuple[type[BaseException], ...] = TRANSIENT_ERRORS,
     max_retries: int = 5,
+    long_running: bool = False,
     **options: Any,
 ) -> Callable[[F], Any]:
-    if not NAME_RE.fullmatch(name):
-        raise ValueError(f"task name {name!r} must look like memory.<queue>.<verb_noun>")
-    if not name.startswith(f"memory.{queue.value}."):
-        raise ValueError(f"task {name!r} must live on its queue's prefix memory.{queue.value}.")
+    """Declare a task of the project's on ``name``'s queue. It binds to whichever app the
+    process builds (``shared_task``): importing a task module builds no app. A
+    ``long_running`` task gets the limits of ``LongMemharnessTask``."""
+    if not isinstance(name, TaskName):
+        raise TypeError(f"task name {name!r} must be a TaskName: names on the wire live there")
+    queue = name.queue
     unknown = set(options) - ALLOWED_OPTIONS
     if unknown:
         raise TypeError(f"unknown task option(s) for {name}: {', '.join(sorted(unknown))}")
@@ -115,11 +134,11 @@ def memharness_task(
             _count(name, "succeeded", time.perf_counter() - started)
             return result
 
-        REGISTERED[name] = queue
-        return app.task(  # type: ignore[no-untyped-call]
-            name=name,
+        REGISTERED[name.value] = queue
+        return shared_task(  # type: ignore[no-untyped-call]
+            name=name.value,
             queue=queue.value,
-            base=MemharnessTask,
+            base=LongMemharnessTask if long_running else MemharnessTask,
             autoretry_for=retry_on,
             retry_backoff=True,
             retry_backoff_max=60,

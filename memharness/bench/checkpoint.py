@@ -22,7 +22,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 from config import Settings
-from pipelines.checkpoint import (
+from pipelines.state.models import (
     ActionEffect,
     NodeStatus,
     PendingAction,
@@ -155,10 +155,10 @@ def _measure(action: Callable[[int], object], count: int) -> list[float]:
 
 
 def run(settings: Settings, *, iterations: int = 1000, warmup: int = 100) -> int:
-    from memharness.checkpoints import CheckpointService
-    from pipelines.checkpoint import encode_checkpoint
+    from pipelines.state.codec import encode_checkpoint
     from workers.adapters.llm_offline import OfflineLLM
     from workers.db import migrate, open_pool
+    from workers.state.service import CheckpointService
 
     if iterations < 1:
         raise ValueError("iterations must be at least 1")

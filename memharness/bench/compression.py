@@ -59,16 +59,15 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from pipelines.compress import (
-    DEFAULT_LEVELS,
-    LevelPolicy,
-    SourceMemory,
+from pipelines.cognition.compress import (
     SummaryDraft,
     compress_group,
     plan_groups,
     sources_from_drafts,
 )
-from pipelines.quality import (
+from pipelines.cognition.levels import DEFAULT_LEVELS, LevelPolicy
+from pipelines.cognition.protocol import SourceMemory
+from pipelines.cognition.quality import (
     CompressionHealth,
     DatedText,
     QualityVerdict,
@@ -78,7 +77,7 @@ from pipelines.quality import (
     check_rationale,
 )
 from pipelines.records import ID_NAMESPACE, Level
-from pipelines.text import word_count
+from pipelines.text.words import word_count
 
 CATEGORIES = (1, 2, 3, 4)
 _SESSION_RE = re.compile(r"^session_(\d+)$")

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from memharness.bench.compression import conversation_sources
-from pipelines.consolidate import ChangeAction, consolidate
+from pipelines.cognition.consolidate import ChangeAction, consolidate
 from pipelines.records import ID_NAMESPACE, EpisodicMemory, MemoryType, SemanticMemory
 from workers.adapters.embed_hashing import HashingEmbedder
 

@@ -4,14 +4,14 @@ For each store size N: N synthetic memories (realistic sentences: decisions, sta
 changes, preferences, observations; 8 tenants x 5 tasks; a month of timestamps; a task phase
 in the metadata) go into a scratch PostgreSQL database with COPY and into a fresh embedded
 qdrant-edge store (content and context vectors, batched upserts), whose HNSW graph is then
-built (``optimize``). Then ``context()``'s owner-side call, ``workers.read_service
+built (``optimize``). Then ``context()``'s owner-side call, ``workers.read.context
 .assemble_for`` (``pipelines.assemble.build_context``: focus, three query variants, dense
 recall on the edge store, sparse and temporal recall in PostgreSQL, fusion, local and
 offline reranking, priority, budgeted assembly with the real tokenizer) is timed in process
 with the offline adapters, over queries from random tenants and tasks. The Celery hop of
 ``MemoryClient.context`` (about 1 ms here, DESIGN.md) is not included.
 
-Targets (issue 3): p95 <= 10 ms at 10k, <= 30 ms at 100k. Building the 100k HNSW graph takes
+Targets: p95 <= 10 ms at 10k, <= 30 ms at 100k. Building the 100k HNSW graph takes
 about two minutes on these machines, so a full run takes several minutes. Progress goes to
 stderr; the last stdout line is one JSON object.
 """
@@ -38,13 +38,13 @@ import redis
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from config import Settings, get_settings
-from pipelines.embedding_context import context_text
-from pipelines.focus import TaskPhase
-from pipelines.ports import Embedder, VectorIndex, VectorPoint
+from pipelines.index.context_vector import context_text
+from pipelines.index.vectors import Embedder, VectorIndex, VectorPoint
+from pipelines.records import TaskPhase
 from workers.adapters import build_embedder, build_llm
 from workers.adapters.vector_edge import EdgeIndex
 from workers.db import drop_database, migrate, open_pool
-from workers.index_service import EPISODIC, alias_name, collection_params, episodic_payload
+from workers.index.targets import EPISODIC, alias_name, collection_params, episodic_payload
 
 TARGET_P95_MS = {10_000: 10.0, 100_000: 30.0}
 TENANTS = 8
@@ -220,9 +220,10 @@ def _scratch(base: Settings, tmp: Path) -> Settings:
 
 def measure(settings: Settings, n: int, *, queries: int, warmup: int, tmp: Path) -> dict[str, Any]:
     from workers.adapters.tokenizer import load_token_counter
-    from workers.context import tune_gc
-    from workers.read_service import ReadStores, assemble_for, check_context_call, layout_of
-    from workers.working_memory import WorkingMemoryPool
+    from workers.clients import Clients, tune_gc
+    from workers.read.context import assemble_for
+    from workers.read.request import check_context_call, layout_of
+    from workers.read.window import WorkingMemoryPool
 
     now = datetime.now(UTC)
     embedder = build_embedder(settings)
@@ -262,17 +263,15 @@ def measure(settings: Settings, n: int, *, queries: int, warmup: int, tmp: Path)
         _log(f"[{_key(n)}] HNSW built in {result['hnsw_build_s']} s")
 
         counter = load_token_counter(settings.tokenizer)
-        stores = ReadStores(
-            settings=settings,
-            pool=pool,
-            vectors=index,
-            embedder=embedder,
-            llm=build_llm(settings),
-            counter=counter,
-            working_memory=WorkingMemoryPool(
-                r, max_turns=settings.working_memory_max_turns, ttl_s=settings.working_memory_ttl_s
-            ),
-            collection=alias,
+        # The owner's clients, bound to this run's pool, engine and Redis.
+        stores = Clients(settings)
+        stores.pool = pool
+        stores.vectors = index
+        stores.embedder = embedder
+        stores.llm = build_llm(settings)
+        stores.counter = counter
+        stores.working_memory = WorkingMemoryPool(
+            r, max_turns=settings.working_memory_max_turns, ttl_s=settings.working_memory_ttl_s
         )
         # As the store owner does once warm (workers.app at process start).
         tune_gc()
@@ -344,7 +343,7 @@ def run(
     out: dict[str, Any] = {
         "bench": "retrieval-latency",
         "measured": "MemoryClient.context()'s owner-side call in process: "
-        "workers.read_service.assemble_for -> pipelines.assemble.build_context with the "
+        "workers.read.context.assemble_for -> pipelines.read.assemble.build_context with the "
         "offline adapters, qdrant-edge (embedded) and PostgreSQL; no Celery hop",
         "embedder": "hashing",
         "runs": {},

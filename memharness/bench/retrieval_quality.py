@@ -36,24 +36,19 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from pipelines.focus import offline_focus
+from pipelines.read.config import RRF_K
+from pipelines.read.focus import offline_focus
+from pipelines.read.recall import MemoryView, Recallers, RecallHit, RecallScope
+from pipelines.read.retrieve import retrieve
+from pipelines.read.rewrite import offline_rewrite
+from pipelines.read.sparse import BM25Index
 from pipelines.records import Level
-from pipelines.retrieve import (
-    RRF_K,
-    MemoryView,
-    RecallHit,
-    RecallPorts,
-    RecallScope,
-    retrieve,
-)
-from pipelines.rewrite import offline_rewrite
-from pipelines.sparse import BM25Index
-from pipelines.write_filter import offline_judge
+from pipelines.write.decide import offline_judge
 
 CATEGORIES = {1: "multi_hop", 2: "temporal", 3: "open_domain", 4: "single_hop"}
 CUTOFFS = (5, 10, 20)
 RANK_DEPTH = 50
-# The targets for --embedder minilm.
+# The targets for --embedder minilm.
 TARGET_RECALL_AT_10_FULL = 0.62
 TARGET_FULL_MINUS_DENSE = 0.10
 
@@ -339,7 +334,7 @@ def evaluate_conversation(
     now = max(turn.timestamp for turn in conversation.turns)
     scope = RecallScope(tenant_id="bench", task_id=conversation.sample_id, now=now)
     sparse = SparseBM25(index)
-    ports = RecallPorts(
+    ports = Recallers(
         dense=dense,
         sparse=sparse,
         temporal=TemporalWindow(dense, timestamps),

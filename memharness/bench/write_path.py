@@ -38,8 +38,10 @@ from psycopg.types.json import Jsonb
 from config import Settings
 from memharness.client import MemoryClient
 from memharness.processes import Managed, start_worker, wait_for_worker
-from workers.app import create_app
+from workers.app import get_app
 from workers.db import drop_database, migrate
+from workers.publish import publish
+from workers.queues import TaskName
 from workers.tasking import METRICS_KEY
 
 FLOOR_TABLE = """
@@ -96,7 +98,7 @@ def _scratch_settings(base: Settings, tmp: Path) -> tuple[Settings, dict[str, st
 def _measure_latency(
     settings: Settings, client: MemoryClient, samples: int
 ) -> tuple[list[float], list[float]]:
-    app = create_app(settings)
+    app = get_app(settings)
     floor_ms: list[float] = []
     record_ms: list[float] = []
     tenant = f"lat-{uuid.uuid4().hex[:8]}"
@@ -113,7 +115,8 @@ def _measure_latency(
                     "metadata) VALUES (%s, %s, %s, %s, %s, %s, %s)",
                     (uuid.uuid4(), tenant, "t", "s", now, content, Jsonb({})),
                 )
-            app.send_task("memory.maintenance.noop", args=[content], queue="bench-floor")
+            # The floor is a bare send_task by definition (not the project's publish()).
+            app.send_task(TaskName.NOOP.value, args=[content], queue="bench-floor")
             floor = (time.perf_counter() - started) * 1000
             # (b) record(): validation, tier-1 rules, memory + outbox row, publish
             started = time.perf_counter()
@@ -187,12 +190,12 @@ def _measure_ingest(settings: Settings, records: int, producers: int) -> dict[st
 def _measure_noop(
     settings: Settings, env: dict[str, str], tasks: int, log_dir: Path
 ) -> dict[str, float]:
-    app = create_app(settings)
+    app = get_app(settings)
     client = redis.Redis.from_url(settings.redis_url)
-    key = METRICS_KEY.format(name="memory.maintenance.noop")
+    key = METRICS_KEY.format(name=TaskName.NOOP.value)
     client.delete(key)
     for _ in range(tasks):
-        app.send_task("memory.maintenance.noop", queue="maintenance")
+        publish(TaskName.NOOP, app=app)
     worker = start_worker("bench-noop", ["maintenance"], env=env, log_dir=log_dir)
     try:
         wait_for_worker(worker)

@@ -8,7 +8,7 @@ import pytest
 
 from config import Settings
 from memharness.aio import AsyncMemoryClient
-from pipelines.records import InvalidInput
+from pipelines.errors import InvalidInput
 
 pytestmark = pytest.mark.integration
 

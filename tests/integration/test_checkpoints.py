@@ -24,24 +24,17 @@ import pytest
 
 from memharness.bench.checkpoint import sample_state
 from memharness.checkpoint_cli import register
-from memharness.checkpoints import (
-    CheckpointNotFound,
-    CheckpointService,
-    NoUsableCheckpoint,
-)
-from pipelines.checkpoint import (
-    ActionEffect,
-    CheckpointFormatError,
-    NodeKind,
-    PendingAction,
-    TaskState,
-)
-from pipelines.ports import MalformedLLMOutput
-from pipelines.records import InvalidInput
+from pipelines.errors import CheckpointFormatError, InvalidInput, MalformedLLMOutput
+from pipelines.state.models import ActionEffect, NodeKind, PendingAction, TaskState
 from tests.support import checkpoint_agent as agent
 from workers.adapters.llm_offline import OfflineLLM
 from workers.adapters.llm_openai import OpenAILLM
 from workers.db import open_pool
+from workers.state.service import (
+    CheckpointNotFound,
+    CheckpointService,
+    NoUsableCheckpoint,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -406,7 +399,7 @@ def test_a_malformed_calibration_is_refused_by_the_adapter(chat_stub, remote_llm
 
 
 def agent_checkpoint(steps: int) -> tuple[Any, bytes]:
-    from pipelines.checkpoint import new_checkpoint
+    from pipelines.state.codec import new_checkpoint
 
     return new_checkpoint(
         TENANT, TASK, agent.expected_state(steps), parent_id=None, created_at=datetime.now(UTC)

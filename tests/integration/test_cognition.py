@@ -170,8 +170,8 @@ def test_two_weeks_of_a_project_through_real_workers(client, workers, db, settin
     assert "snake_case" in facts.get("convention", "")
 
     # and the traversal answers what the auth module's delay affects
-    from workers.cognition_service import affected_by
     from workers.db import open_pool
+    from workers.read.affected import affected_by
 
     pool = open_pool(settings, name="test-traversal")
     try:

@@ -13,8 +13,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from pipelines.budget import Partition
-from pipelines.records import InvalidInput
+from memharness import MemoryClient
+from pipelines.errors import InvalidInput
+from pipelines.read.budget import Partition
 from tests.support.openai_stub import serve_stub
 
 pytestmark = pytest.mark.integration
@@ -229,21 +230,28 @@ def test_bad_requests_get_clear_errors_before_anything_is_sent(client):
         assert words in str(caught.value), (override, str(caught.value))
 
 
-def test_the_owner_checks_the_request_too_and_answers_with_the_field(client, workers):
-    # given a request that skips the client's checks (another client, an older version)
+def test_a_message_of_the_wrong_shape_is_answered_with_the_field(client, workers):
+    # given a message that did not come from check_context_call (another sender, an older
+    # client): the owner decodes what it is sent, it does not check the call's rules again
     workers("write")
     result = client._app.send_task(
         "memory.recall.context",
-        kwargs={"tenant_id": "acme", "task_id": "billing", "query": "why?", "budget_tokens": 99},
+        kwargs={
+            "tenant_id": "acme",
+            "task_id": "billing",
+            "query": "why?",
+            "budget_tokens": "a lot",
+        },
         queue="recall",
     )
 
-    # then the owner answers with the field and the limit instead of failing the task
+    # then the owner answers with the typed error instead of failing the task
     answer = result.get(timeout=30)
     assert answer["error"]["field"] == "budget_tokens"
-    assert answer["error"]["limit"] == ">= 24003 tokens"
-    with pytest.raises(InvalidInput, match="budget_tokens: is 99"):
+    with pytest.raises(InvalidInput) as caught:
         client._context_from(answer)
+    assert caught.value.field == "budget_tokens"
+    assert caught.value.to_json() == answer["error"]
 
 
 def test_a_memory_too_long_for_its_partition_is_replaced_by_its_compressed_version(
@@ -296,34 +304,30 @@ def test_a_failed_working_memory_push_never_fails_record(client, db, caplog):
     assert "after-commit Redis round trip failed" in caplog.text
 
 
-def test_the_same_read_service_runs_in_the_client_process_for_server_mode(client, workers):
+def test_with_a_qdrant_server_the_client_assembles_the_context_itself(client, workers, settings):
     # given memories stored by an owner that has since stopped (the store is free to open)
     owner = workers("write")
     receipts = record_conversation(client, "acme", "billing", "s-1", CONVERSATION)
     client.wait_until_settled([r.memory_id for r in receipts if r.status == "accepted"])
     owner.stop()
 
-    # when the client binds the read path itself, as it does with MEMHARNESS_QDRANT_URL set
-    from workers.read_service import check_context_call, context_answer, layout_of
+    # and a client configured for a Qdrant server; no server runs on these machines, so its
+    # index client is the same engine the owner wrote, opened in this process
+    from workers.adapters import build_vector_index
 
-    call = check_context_call(
-        tenant_id="acme",
-        task_id="billing",
-        query="Why did we decide to keep invoices in PostgreSQL?",
-        budget_tokens=BUDGET,
-        counter=client._token_counter(),
-        layout=layout_of(client.settings),
-        content_max_bytes=client.settings.content_max_bytes,
-    )
-    stores = client._read_stores()
-    try:
-        answer = context_answer(stores, call.to_json(), client._publish_touch)
-    finally:  # before the fixtures remove the store's directory
-        stores.vectors.close()
-        client._local_reads = None
-    context = client._context_from(answer)
+    server_settings = settings.model_copy(update={"qdrant_url": "http://127.0.0.1:1"})
+    with MemoryClient(server_settings) as server_client:
+        server_client._clients.vectors = build_vector_index(settings)
 
-    # then it answers what the owner would: the decision first, the window of the session
+        # when it asks for a context, with no worker consuming the recall queue
+        context = server_client.context(
+            "billing",
+            "Why did we decide to keep invoices in PostgreSQL?",
+            BUDGET,
+            tenant_id="acme",
+        )
+
+    # then it answered in process what the owner would: the decision first, the window
     retrieved = context.partition(Partition.RETRIEVED_MEMORY)
     assert retrieved.items[0].id == str(receipts[1].memory_id)
     recent = context.partition(Partition.RECENT_INTERACTIONS)

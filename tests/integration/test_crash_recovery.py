@@ -23,7 +23,7 @@ from memharness.processes import Managed, start_beat
 from tests.support.openai_stub import OpenAIStub, serve_stub
 from workers.adapters import build_vector_index
 from workers.app import create_app
-from workers.tasks.maintenance import PING_KEY
+from workers.probes import PING_KEY
 
 pytestmark = pytest.mark.integration
 
@@ -233,7 +233,7 @@ def test_a_pickled_message_is_refused_by_the_worker(workers, redis_client, setti
 
 
 def test_bad_inputs_get_clear_errors_and_leave_no_row(client, db) -> None:  # type: ignore[no-untyped-def]
-    from pipelines.records import InvalidInput
+    from pipelines.errors import InvalidInput
 
     bad = [
         ({"content": "x" * 70_000}, "content", "65536"),

@@ -9,7 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipelines.records import InvalidInput, MemoryType, prepare_write
+from pipelines.errors import InvalidInput
+from pipelines.records import MemoryType
+from pipelines.write.request import prepare_write
 
 SCOPE = {"tenant_id": "acme", "task_id": "t-1", "session_id": "s-1"}
 

@@ -21,10 +21,8 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from pipelines.checkpoint import (
+from pipelines.state.models import (
     ActionEffect,
-    AgentEvent,
-    CheckpointPolicy,
     NodeKind,
     NodeStatus,
     PendingAction,
@@ -35,6 +33,7 @@ from pipelines.checkpoint import (
     WorkingItem,
     WorkingMemory,
 )
+from pipelines.state.policy import AgentEvent, CheckpointPolicy
 
 STEPS = 30
 PHASES = ("explore", "implement", "verify")
@@ -212,9 +211,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from config import Settings
-    from memharness.checkpoints import CheckpointService
     from workers.adapters import build_llm
     from workers.db import open_pool
+    from workers.state.service import CheckpointService
 
     settings = Settings()
     pool = open_pool(settings, name="checkpoint-agent")

@@ -39,12 +39,16 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from pipelines.focus import InfoKind, TaskPhase, directive_from_kinds
-from pipelines.ports import WriteJudgement
-from pipelines.records import MemoryType
-from pipelines.retrieve import RerankItem
-from pipelines.summarize import extractive_summary
-from pipelines.write_filter import estimate_importance, offline_deep_judge, offline_judge
+from pipelines.read.focus import InfoKind, directive_from_kinds
+from pipelines.read.rerank import RerankItem
+from pipelines.records import MemoryType, TaskPhase
+from pipelines.write.decide import (
+    WriteJudgement,
+    estimate_importance,
+    offline_deep_judge,
+    offline_judge,
+)
+from pipelines.write.summary import extractive_summary
 from workers.adapters.embed_hashing import HashingEmbedder
 from workers.adapters.llm_offline import OfflineLLM
 from workers.adapters.llm_openai import (
@@ -165,7 +169,8 @@ def _cognition_answer(kind: str, user: str) -> str:
     """Background cognition's prompts, answered by the offline rules (JSON in, JSON out)."""
     from datetime import UTC, datetime
 
-    from pipelines.compress import OFFLINE, AnnotateRequest, CompressRequest
+    from pipelines.cognition.offline_compress import OFFLINE
+    from pipelines.cognition.protocol import AnnotateRequest, CompressRequest
     from pipelines.records import EpisodicMemory
 
     body = json.loads(user)

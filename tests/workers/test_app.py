@@ -11,7 +11,7 @@ from kombu.serialization import loads
 
 from config import Settings
 from workers.app import app, celery_config
-from workers.queues import LONG_QUEUES, VECTOR_QUEUES, CeleryQueue
+from workers.queues import CeleryQueue, TaskName
 
 # The names are the wire format: renaming one strands every message already queued.
 PINNED_TASK_NAMES = {
@@ -20,7 +20,7 @@ PINNED_TASK_NAMES = {
     "memory.maintenance.ping": "maintenance",
     "memory.maintenance.noop": "maintenance",
     "memory.recall.search": "recall",
-    # background cognition (workers.tasks.cognition)
+    # background cognition (workers.cognition.tasks)
     "memory.compress.sweep": "compress",
     "memory.compress.complete_task": "compress",
     "memory.quality.sweep": "quality",
@@ -33,7 +33,7 @@ PINNED_TASK_NAMES = {
     "memory.embed.link_memories": "embed",
     "memory.recall.context": "recall",
     "memory.maintenance.touch_memories": "maintenance",
-    # index maintenance (workers.tasks.index): the owner's copy and the server-mode copy
+    # index maintenance (workers.index.tasks): the owner's copy and the server-mode copy
     "memory.embed.check_index": "embed",
     "memory.embed.rebuild_index": "embed",
     "memory.embed.compact_index": "embed",
@@ -51,9 +51,24 @@ def test_task_names_and_queues_are_pinned() -> None:
     app.loader.import_default_modules()
     from workers.tasking import REGISTERED
 
+    assert {name.value: name.queue.value for name in TaskName} == PINNED_TASK_NAMES
     assert {name: queue.value for name, queue in REGISTERED.items()} == PINNED_TASK_NAMES
     for name, queue in PINNED_TASK_NAMES.items():
         assert app.tasks[name].queue == queue
+
+
+def test_importing_the_app_module_builds_no_app_until_asked() -> None:
+    # given a fresh interpreter
+    import subprocess
+    import sys
+
+    probe = (
+        "import workers.app as m, workers.write.tasks, workers.index.tasks\n"
+        "assert m._apps == {}, m._apps\n"
+        "assert m.app is m.get_app() and len(m._apps) == 1\n"
+    )
+    # when the app module and task modules are imported, then nothing is built until `app`
+    subprocess.run([sys.executable, "-c", probe], check=True)
 
 
 def test_only_json_is_accepted() -> None:
@@ -73,8 +88,6 @@ def test_late_acks_and_prefetch_one() -> None:
     assert app.conf.task_acks_late is True
     assert app.conf.task_reject_on_worker_lost is True
     assert app.conf.worker_prefetch_multiplier == 1
-    assert set(LONG_QUEUES) <= set(CeleryQueue)
-    assert set(VECTOR_QUEUES) <= set(CeleryQueue)
 
 
 def test_time_limits_sit_well_inside_the_visibility_timeout() -> None:

@@ -6,7 +6,7 @@ from config import Settings
 from schedules.declarations import PeriodicJob, beat_schedule, declarations
 from schedules.embedded import build_scheduler
 from workers.app import app
-from workers.queues import CeleryQueue
+from workers.queues import TaskName
 
 
 def test_beat_runs_the_outbox_relay_at_the_configured_interval() -> None:
@@ -30,4 +30,4 @@ def test_the_embedded_scheduler_runs_the_same_declarations() -> None:
 
 def test_a_job_needs_exactly_one_trigger() -> None:
     with pytest.raises(ValueError, match="exactly one"):
-        PeriodicJob("x", "memory.maintenance.noop", CeleryQueue.MAINTENANCE, "d")
+        PeriodicJob("x", TaskName.NOOP, "d")

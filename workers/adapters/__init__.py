@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from config import Settings
-from pipelines.ports import LLM, Embedder, VectorIndex
+from pipelines.index.vectors import Embedder, VectorIndex
+from pipelines.ports import LLM
 
 
 def build_llm(settings: Settings) -> LLM:
@@ -50,13 +51,13 @@ def build_embedder(settings: Settings) -> Embedder:
 
 
 def build_vector_index(settings: Settings) -> VectorIndex:
-    if not settings.qdrant_url and settings.embedded_engine == "edge":
+    if settings.store_is_embedded and settings.embedded_engine == "edge":
         from workers.adapters.vector_edge import EdgeIndex
 
         return EdgeIndex(settings.qdrant_path, search_threads=settings.edge_search_threads)
     from workers.adapters.vector_qdrant import QdrantIndex
 
     key = settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
-    if settings.qdrant_url:
+    if not settings.store_is_embedded:
         return QdrantIndex(url=settings.qdrant_url, api_key=key)
     return QdrantIndex(path=settings.qdrant_path)

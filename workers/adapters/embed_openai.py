@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import openai
 
-from pipelines.ports import LLMError, TransientLLMError
+from pipelines.errors import LLMError, TransientLLMError
 
 
 class OpenAIEmbedder:

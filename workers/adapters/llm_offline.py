@@ -9,27 +9,28 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from pipelines.budget import holds_identifiers
-from pipelines.checkpoint import ResumeCalibration, TaskCheckpoint, offline_calibration
-from pipelines.focus import FocusDirective, TaskPhase, offline_focus
-from pipelines.ports import WriteJudgement
-from pipelines.records import MemoryType
-from pipelines.retrieve import (
-    DEFAULT_CONFIG,
-    MemoryView,
-    RerankItem,
-    keyword_coverage,
-    kind_match,
-)
-from pipelines.rewrite import QueryVariants, offline_rewrite
-from pipelines.sparse import analyze
-from pipelines.summarize import extractive_summary
-from pipelines.write_filter import offline_deep_judge, offline_judge
+from pipelines.read.config import DEFAULT_CONFIG
+from pipelines.read.focus import FocusDirective, offline_focus
+from pipelines.read.recall import MemoryView
+from pipelines.read.rerank import RerankItem, keyword_coverage, kind_match
+from pipelines.read.rewrite import QueryVariants, offline_rewrite
+from pipelines.records import MemoryType, TaskPhase
+from pipelines.state.calibration import ResumeCalibration, offline_calibration
+from pipelines.state.models import TaskCheckpoint
+from pipelines.text.analyzer import analyze
+from pipelines.text.identifiers import holds_identifiers
+from pipelines.write.decide import WriteJudgement, offline_deep_judge, offline_judge
+from pipelines.write.summary import extractive_summary
 
-if TYPE_CHECKING:  # background cognition's records (issue 4)
-    from pipelines.compress import AnnotateRequest, AnnotationBatch, CompressRequest, SummaryOutput
-    from pipelines.consolidate import KnowledgeBatch
-    from pipelines.link import CausalBatch
+if TYPE_CHECKING:  # background cognition's records
+    from pipelines.cognition.knowledge import KnowledgeBatch
+    from pipelines.cognition.link import CausalBatch
+    from pipelines.cognition.protocol import (
+        AnnotateRequest,
+        AnnotationBatch,
+        CompressRequest,
+        SummaryOutput,
+    )
     from pipelines.records import EpisodicMemory
 
 
@@ -100,23 +101,23 @@ class OfflineLLM:
     # -- background cognition: the rules of pipelines.compress, .consolidate and .link -------
 
     def annotate_segments(self, request: AnnotateRequest) -> AnnotationBatch:
-        from pipelines.compress import OFFLINE
+        from pipelines.cognition.offline_compress import OFFLINE
 
         return OFFLINE.annotate_segments(request)
 
     def compress_segments(self, request: CompressRequest) -> SummaryOutput:
-        from pipelines.compress import OFFLINE
+        from pipelines.cognition.offline_compress import OFFLINE
 
         return OFFLINE.compress_segments(request)
 
     def extract_knowledge(self, memories: Sequence[EpisodicMemory]) -> KnowledgeBatch:
-        from pipelines.consolidate import extract_offline
+        from pipelines.cognition.knowledge import extract_offline
 
         return extract_offline(memories)
 
     def propose_causal(
         self, memory: EpisodicMemory, candidates: Sequence[EpisodicMemory]
     ) -> CausalBatch:
-        from pipelines.link import propose_causal_offline
+        from pipelines.cognition.link import propose_causal_offline
 
         return propose_causal_offline(memory, candidates)

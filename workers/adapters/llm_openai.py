@@ -8,27 +8,31 @@ as :class:`TransientLLMError` (timeout, 429, 5xx, connection) or :class:`Malform
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import openai
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from pipelines.checkpoint import ResumeCalibration, TaskCheckpoint, describe_for_calibration
-from pipelines.focus import FocusDirective, InfoKind, TaskPhase, directive_from_weights
-from pipelines.ports import LLMError, MalformedLLMOutput, TransientLLMError, WriteJudgement
-from pipelines.records import MemoryType
-from pipelines.retrieve import RerankItem
-from pipelines.rewrite import QueryVariants
+from pipelines.errors import LLMError, MalformedLLMOutput, TransientLLMError
+from pipelines.read.focus import FocusDirective, InfoKind, directive_from_weights
+from pipelines.read.rerank import RerankItem
+from pipelines.read.rewrite import QueryVariants
+from pipelines.records import MemoryType, TaskPhase
+from pipelines.state.calibration import ResumeCalibration, describe_for_calibration
+from pipelines.state.models import TaskCheckpoint
+from pipelines.write.decide import WriteJudgement
 
-if TYPE_CHECKING:  # background cognition's records (issue 4)
-    from pipelines.compress import AnnotateRequest, AnnotationBatch, CompressRequest, SummaryOutput
-    from pipelines.consolidate import KnowledgeBatch
-    from pipelines.link import CausalBatch
+if TYPE_CHECKING:  # background cognition's records
+    from pipelines.cognition.knowledge import KnowledgeBatch
+    from pipelines.cognition.link import CausalBatch
+    from pipelines.cognition.protocol import (
+        AnnotateRequest,
+        AnnotationBatch,
+        CompressRequest,
+        SummaryOutput,
+    )
     from pipelines.records import EpisodicMemory
-
-log = logging.getLogger(__name__)
 
 _TYPES = ", ".join(member.value for member in MemoryType)
 
@@ -290,7 +294,7 @@ class OpenAILLM:
     # -- background cognition (pipelines.compress, .consolidate, .link) -----------------------
 
     def annotate_segments(self, request: AnnotateRequest) -> AnnotationBatch:
-        from pipelines.compress import parse_annotations
+        from pipelines.cognition.protocol import parse_annotations
 
         user = json.dumps(
             {"segments": [json.loads(s.model_dump_json()) for s in request.segments]},
@@ -300,14 +304,14 @@ class OpenAILLM:
         return parse_annotations(json.dumps(data), request)
 
     def compress_segments(self, request: CompressRequest) -> SummaryOutput:
-        from pipelines.compress import parse_summary
+        from pipelines.cognition.protocol import parse_summary
 
         user = json.dumps(json.loads(request.model_dump_json()), ensure_ascii=False)
         data = self._chat_json(self._model_deep, COMPRESS_PROMPT, user, self._temperature_summary)
         return parse_summary(json.dumps(data), request)
 
     def extract_knowledge(self, memories: Sequence[EpisodicMemory]) -> KnowledgeBatch:
-        from pipelines.consolidate import parse_knowledge
+        from pipelines.cognition.knowledge import parse_knowledge
 
         user = json.dumps(
             {
@@ -324,7 +328,7 @@ class OpenAILLM:
     def propose_causal(
         self, memory: EpisodicMemory, candidates: Sequence[EpisodicMemory]
     ) -> CausalBatch:
-        from pipelines.link import parse_causal
+        from pipelines.cognition.link import parse_causal
 
         user = json.dumps(
             {
@@ -337,7 +341,7 @@ class OpenAILLM:
         return parse_causal(json.dumps(data))
 
 
-# -- prompts of background cognition (issue 4) ------------------------------------------------
+# -- prompts of background cognition -----------------------------------------------------------
 
 ANNOTATE_PROMPT = """You annotate segments of an agent's memories before compression. For
 each segment give its kind: decision_rationale, outcome, user_preference, status_change,

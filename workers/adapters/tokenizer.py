@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pipelines.tokens import CachedCounter
+from pipelines.read.tokens import CachedCounter
 
 DEEPSEEK_V4 = "deepseek-v4"
 

@@ -1,5 +1,9 @@
 """The vector index port over qdrant-edge-py: Qdrant's embedded engine, in process.
 
+Why it is one piece: one class implements the whole ``VectorIndex`` port over one engine;
+its shards, aliases, fused searches and rebuild support share the alias file and its lock,
+so split apart each part would reach into the others' state.
+
 One shard directory per physical collection under the store's root. Aliases live in one
 small JSON file beside them (``aliases.json``: alias → shard directory, plus the points
 deleted from each shard since it was built, each shard's search parameters and the embedding
@@ -32,7 +36,7 @@ from typing import Any
 
 import qdrant_edge as qe
 
-from pipelines.ports import (
+from pipelines.index.vectors import (
     CONTENT_VECTOR,
     CONTEXT_VECTOR,
     SCOPE_FIELD,

@@ -24,7 +24,7 @@ from typing import Any
 
 from qdrant_client import QdrantClient, models
 
-from pipelines.ports import (
+from pipelines.index.vectors import (
     CONTENT_VECTOR,
     CONTEXT_VECTOR,
     CollectionParams,

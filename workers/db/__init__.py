@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psycopg
-from alembic import command
-from alembic.config import Config
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import ConnectionPool
 
 from config import Settings
+
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +66,9 @@ def ensure_database(database_url: str) -> bool:
 
 
 def alembic_config(database_url: str) -> Config:
+    # Alembic (and SQLAlchemy under it) loads only for a migration, not in every agent.
+    from alembic.config import Config
+
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
     cfg.set_main_option("sqlalchemy.url", sqlalchemy_url(database_url).replace("%", "%%"))
@@ -72,6 +77,8 @@ def alembic_config(database_url: str) -> Config:
 
 def migrate(database_url: str, revision: str = "head") -> None:
     """Create the database if needed and apply every migration up to ``revision``."""
+    from alembic import command
+
     ensure_database(database_url)
     command.upgrade(alembic_config(database_url), revision)
 

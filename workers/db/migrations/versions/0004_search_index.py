@@ -2,7 +2,7 @@
 chain's lookup by ``parent_ids``.
 
 - ``search_tsv``: ``to_tsvector('english', content)`` (the read path's text search
-  configuration, ``workers.read_service.TS_CONFIG``), kept by a trigger for stored rows only.
+  configuration, ``workers.read.sql.TS_CONFIG``), kept by a trigger for stored rows only.
   Not a generated column: a generated column computes it in ``record()``'s INSERT, on the
   synchronous write path, for rows that are still ``pending`` (and may be discarded), at
   ~0.12 µs a character (7 ms for a 64 KiB content). The trigger's ``WHEN`` clause is false

@@ -1,0 +1,447 @@
+"""Background cognition's service against the real PostgreSQL and Redis, called directly
+(no worker process): compression, quality rollback, decay, consolidation, links, idempotency
+and the crash of a compression half-way through its transaction."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+
+from pipelines.write.request import prepare_write
+from tests.support.project_history import TASK, TENANT, history
+from workers.activity import mark_activity
+from workers.clients import Clients
+from workers.cognition.compress import complete_task, compress_step, schedule_compression
+from workers.cognition.consolidate import consolidate_tenant
+from workers.cognition.decay import decay_step
+from workers.cognition.embed import drain_embeddings
+from workers.cognition.link import link_memories
+from workers.cognition.quality import quality_step
+from workers.cognition.runs import run_id_for
+from workers.read.affected import affected_by
+
+START = datetime(2026, 11, 1, tzinfo=UTC)
+END = START + timedelta(days=15)
+
+
+@pytest.fixture
+def ctx(db, redis_client, qdrant_path) -> Iterator[Clients]:  # type: ignore[no-untyped-def]
+    from config import Settings
+
+    context = Clients(Settings())
+    yield context
+    context.close()
+
+
+def store(
+    db: psycopg.Connection[Any], items: list[dict[str, Any]], **extra: Any
+) -> list[uuid.UUID]:
+    """Rows as the write worker leaves them: stored, importance set."""
+    ids = []
+    for item in items:
+        new = prepare_write(**item)
+        db.execute(
+            "INSERT INTO memories (id, tenant_id, user_id, agent_id, task_id, session_id, ts, "
+            "content, content_hash, importance, status, embedding_version) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 'stored', 'hashing-v1/64')",
+            (
+                new.id,
+                new.tenant_id,
+                new.user_id,
+                new.agent_id,
+                new.task_id,
+                new.session_id,
+                new.timestamp,
+                new.content,
+                new.content_hash,
+                extra.get("importance", 0.5),
+            ),
+        )
+        ids.append(new.id)
+    return ids
+
+
+def snapshot(db: psycopg.Connection[Any]) -> dict[str, Any]:
+    """Everything the sweeps write, except the runs' own bookkeeping."""
+    return {
+        "memories": db.execute(
+            "SELECT id, status, level, version, superseded_by, decay_factor, embedding_version "
+            "FROM memories ORDER BY id"
+        ).fetchall(),
+        "jobs": db.execute("SELECT kind, memory_id, status FROM jobs ORDER BY 1, 2").fetchall(),
+        "quality": db.execute(
+            "SELECT summary_id, verdict FROM quality_reports ORDER BY 1"
+        ).fetchall(),
+        "health": db.execute("SELECT * FROM compression_health ORDER BY 1").fetchall(),
+        "semantic": db.execute(
+            "SELECT id, confidence, source_ids, status FROM semantic_memories ORDER BY 1"
+        ).fetchall(),
+        "evictions": db.execute("SELECT memory_id FROM evictions ORDER BY 1").fetchall(),
+        "links": db.execute(
+            "SELECT src_id, dst_id, kind FROM memory_links ORDER BY 1, 2, 3"
+        ).fetchall(),
+    }
+
+
+def run_to_end(step: Any, ctx: Clients, kind: str, clock: datetime, key: str = "") -> Any:
+    """Drive a run step by step, as the requeueing task does."""
+    run_id = (
+        uuid.uuid5(run_id_for(kind, None, clock), key) if key else run_id_for(kind, None, clock)
+    )
+    for _ in range(100):
+        outcome = step(ctx, run_id, clock)
+        if not outcome.requeue:
+            return outcome
+    raise AssertionError("the run did not finish in 100 steps")
+
+
+def levels(db: psycopg.Connection[Any]) -> dict[tuple[int, str], int]:
+    rows = db.execute("SELECT level, status, count(*) FROM memories GROUP BY 1, 2").fetchall()
+    return {(level, status): n for level, status, n in rows}
+
+
+def test_compression_makes_versioned_summaries_with_parent_pointers(ctx, db) -> None:  # type: ignore[no-untyped-def]
+    # given two weeks of a project, stored
+    ids = store(db, history(START))
+
+    # when the compression sweep runs on day 15
+    outcome = run_to_end(compress_step, ctx, "compress", END)
+
+    # then every session became an L1 summary pointing at its originals, which are kept
+    assert outcome.finished
+    counts = levels(db)
+    assert counts[(1, "stored")] == 28
+    assert counts[(0, "stored")] == len(ids)
+    row = db.execute(
+        "SELECT id, parent_ids, version, metadata FROM memories WHERE level = 1 LIMIT 1"
+    ).fetchone()
+    summary_id, parents, version, metadata = row
+    assert version == 1 and metadata["version"] == 1
+    assert parents and set(parents) <= set(ids)
+    covered = db.execute(
+        "SELECT count(*) FROM memories WHERE superseded_by = %s", (summary_id,)
+    ).fetchone()[0]
+    assert covered == len(parents)
+    # and each summary has its embedding job in the outbox
+    assert db.execute("SELECT count(*) FROM jobs WHERE kind = 'embed'").fetchone()[0] == 28
+
+
+def test_quality_rolls_back_retries_gentler_and_makes_memories_resistant(ctx, db) -> None:  # type: ignore[no-untyped-def]
+    # given two weeks of a project
+    store(db, history(START))
+
+    # when compression and quality sampling alternate four times
+    figures = []
+    for round_ in range(4):
+        run_to_end(compress_step, ctx, "compress", END, key=f"c{round_}")
+        figures.append(run_to_end(quality_step, ctx, "quality", END, key=f"q{round_}").stats)
+
+    # then the decision-only sessions passed at once and the rest were rolled back three
+    # times, each retry a new version, then compressed annotate-only and kept
+    assert figures[0]["checked"] == 28
+    assert figures[0]["kept"] == 7 and figures[0]["rolled_back"] == 21
+    assert figures[0]["fact_recall_mean"] is not None
+    assert [f["rolled_back"] for f in figures[1:]] == [21, 21, 0]
+    assert figures[2]["newly_resistant"] > 0
+    versions = dict(
+        db.execute("SELECT version, count(*) FROM memories WHERE level = 1 GROUP BY 1").fetchall()
+    )
+    assert versions == {1: 28, 2: 21, 3: 21, 4: 21}
+    assert levels(db)[(1, "retired")] == 63
+    assert levels(db)[(1, "stored")] == 28
+    resistant = db.execute(
+        "SELECT count(*) FROM compression_health WHERE resistant AND failures = 3"
+    ).fetchone()[0]
+    assert resistant > 0
+    annotate_only = db.execute(
+        "SELECT count(*) FROM memories WHERE level = 1 AND status = 'stored' "
+        "AND (metadata->>'annotate_only')::boolean"
+    ).fetchone()[0]
+    assert annotate_only == 21
+    # and a rolled-back summary's originals are free again, never lost
+    orphans = db.execute(
+        "SELECT count(*) FROM memories p JOIN memories s ON p.superseded_by = s.id "
+        "WHERE s.status <> 'stored'"
+    ).fetchone()[0]
+    assert orphans == 0
+    # and each rollback asked for its point to be removed from the index
+    assert db.execute("SELECT count(*) FROM jobs WHERE kind = 'unindex'").fetchone()[0] == 63
+
+
+def test_every_sweep_run_twice_changes_nothing(ctx, db, redis_client) -> None:  # type: ignore[no-untyped-def]
+    # given two weeks of a project, stored; the chatter judged unimportant
+    ids = store(db, history(START))
+    db.execute("UPDATE memories SET importance = 0.2 WHERE content ~ '(Thanks|Great|Cool)'")
+    later = END + timedelta(days=60)
+    sweeps = [
+        ("compress", lambda key: run_to_end(compress_step, ctx, "compress", END, key=key)),
+        ("quality", lambda key: run_to_end(quality_step, ctx, "quality", END, key=key)),
+        ("embed", lambda key: drain_embeddings(ctx)),
+        ("link", lambda key: link_memories(ctx, ids)),
+        (
+            "consolidate",
+            lambda key: consolidate_tenant(ctx, TENANT, uuid.uuid5(uuid.NAMESPACE_URL, key), END),
+        ),
+        ("decay", lambda key: run_to_end(decay_step, ctx, "decay", later, key=key)),
+    ]
+    for name, sweep in sweeps:
+        # when a sweep runs, and then runs again (a new run) at the same clock
+        sweep(f"{name}-1")
+        first = snapshot(db)
+        sweep(f"{name}-2")
+
+        # then the second run changed nothing
+        assert snapshot(db) == first, name
+    # and each sweep did do something the first time
+    final = snapshot(db)
+    assert final["quality"] and final["semantic"] and final["links"] and final["evictions"]
+    assert {status for _, status, *_ in final["memories"]} >= {"stored", "retired", "evicted"}
+
+
+def test_a_crash_inside_a_compression_leaves_the_old_state(ctx, db) -> None:  # type: ignore[no-untyped-def]
+    # given a project, and a database that fails the moment a parent is pointed at its
+    # summary: after the summary's INSERT, inside the same transaction
+    ids = store(db, history(START)[:6])
+    db.execute(
+        """
+        CREATE FUNCTION fail_cover() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN RAISE EXCEPTION 'simulated crash mid-compression'; END $$;
+        CREATE TRIGGER fail_cover BEFORE UPDATE OF superseded_by ON memories
+            FOR EACH ROW WHEN (NEW.superseded_by IS NOT NULL) EXECUTE FUNCTION fail_cover();
+        """
+    )
+    try:
+        # when the sweep runs into it
+        with pytest.raises(psycopg.errors.RaiseException):
+            run_to_end(compress_step, ctx, "compress", END, key="crash")
+
+        # then nothing of the summary exists: no row, no pointer, no embedding job
+        assert levels(db) == {(0, "stored"): len(ids)}
+        assert (
+            db.execute("SELECT count(*) FROM memories WHERE superseded_by IS NOT NULL").fetchone()[
+                0
+            ]
+            == 0
+        )
+        assert db.execute("SELECT count(*) FROM jobs").fetchone()[0] == 0
+    finally:
+        db.execute("DROP TRIGGER fail_cover ON memories; DROP FUNCTION fail_cover();")
+
+    # and the same sweep, run again, writes the whole summary
+    run_to_end(compress_step, ctx, "compress", END, key="after-crash")
+    assert levels(db)[(1, "stored")] == 2
+    assert db.execute("SELECT count(*) FROM memories WHERE superseded_by IS NOT NULL").fetchone()[
+        0
+    ] == len(ids)
+
+
+def test_decay_acts_only_on_idle_tenants_and_logs_evictions(ctx, db, redis_client) -> None:  # type: ignore[no-untyped-def]
+    # given two tenants with old, unimportant memories; one of them wrote a minute ago
+    items = history(START)[:8]
+    store(db, items, importance=0.1)
+    store(db, [{**item, "tenant_id": "busy"} for item in items], importance=0.1)
+    later = END + timedelta(days=30)
+    mark_activity(redis_client, ["busy"], at=later - timedelta(seconds=60))
+
+    # when the decay sweep runs
+    outcome = run_to_end(decay_step, ctx, "decay", later)
+
+    # then only the idle tenant's memories were evicted, each with its log line
+    assert outcome.stats["tenants_swept"] == 1
+    assert outcome.stats["tenants_active_skipped"] == 1
+    statuses = dict(
+        db.execute(
+            "SELECT tenant_id || ':' || status, count(*) FROM memories GROUP BY 1"
+        ).fetchall()
+    )
+    assert statuses == {f"{TENANT}:evicted": 8, "busy:stored": 8}
+    record = db.execute("SELECT record FROM evictions LIMIT 1").fetchone()[0]
+    assert record["retention"] < 0.05 and record["importance"] == pytest.approx(0.1)
+    assert "retention" in record["reason"]
+    assert db.execute("SELECT count(*) FROM jobs WHERE kind = 'unindex'").fetchone()[0] == 8
+
+
+def test_decay_stores_retention_and_keeps_important_memories(ctx, db, redis_client) -> None:  # type: ignore[no-untyped-def]
+    # given old but important memories
+    store(db, history(START)[:4], importance=0.9)
+
+    # when the decay sweep runs a month later
+    run_to_end(decay_step, ctx, "decay", END + timedelta(days=30))
+
+    # then nothing is evicted and each row carries its retention
+    factors = [r[0] for r in db.execute("SELECT decay_factor FROM memories").fetchall()]
+    assert all(0.0 < f < 1.0 for f in factors)
+    assert levels(db) == {(0, "stored"): 4}
+
+
+def test_consolidation_promotes_recurring_knowledge_and_never_overwrites(ctx, db) -> None:  # type: ignore[no-untyped-def]
+    # given two weeks in which a preference recurs, plus a convention and a mistake
+    store(db, history(START))
+
+    # when the tenant is consolidated
+    outcome = consolidate_tenant(ctx, TENANT, uuid.uuid4(), END)
+
+    # then the recurring preference, the convention and the mistake are semantic knowledge
+    rows = db.execute(
+        "SELECT kind, content, status, scope, cardinality(source_ids) FROM semantic_memories"
+    ).fetchall()
+    by_kind = {kind: (content, status, scope, n) for kind, content, status, scope, n in rows}
+    assert "brief answers" in by_kind["preference"][0]
+    assert by_kind["preference"][2] == "user:dana" and by_kind["preference"][3] >= 4
+    assert "snake_case" in by_kind["convention"][0]
+    assert "Friday" in by_kind["mistake"][0]
+    assert outcome.stats["semantic_create"] >= 3
+
+    # when a contradicting preference arrives later, with no condition
+    store(
+        db,
+        [
+            {
+                "content": "Dana: I prefer detailed answers with the commands first.",
+                "tenant_id": TENANT,
+                "task_id": "other-task",
+                "session_id": "s-9",
+                "user_id": "dana",
+                "timestamp": END,
+            },
+            {
+                "content": "Dana: I prefer detailed answers with the commands first!",
+                "tenant_id": TENANT,
+                "task_id": "third-task",
+                "session_id": "s-10",
+                "user_id": "dana",
+                "timestamp": END + timedelta(hours=1),
+            },
+        ],
+    )
+    consolidate_tenant(ctx, TENANT, uuid.uuid4(), END + timedelta(days=1))
+
+    # then it is stored beside the old one, flagged for confirmation; the old one is intact
+    flagged = db.execute(
+        "SELECT content, conflicts_with FROM semantic_memories WHERE status = 'needs_confirmation'"
+    ).fetchall()
+    assert flagged and "detailed" in flagged[0][0]
+    old = db.execute(
+        "SELECT content, status FROM semantic_memories WHERE id = %s", (flagged[0][1],)
+    ).fetchone()
+    assert old == (by_kind["preference"][0], "active")
+
+
+def test_links_on_write_and_the_multi_hop_traversal(ctx, db, redis_client) -> None:  # type: ignore[no-untyped-def]
+    # given a project whose memories the write path stored and indexed
+    items = history(START)
+    ids = store(db, items)
+    from pipelines.index.vectors import VectorPoint
+
+    ctx.vectors.ensure_collection(ctx.episodic_collection, ctx.embedder.dim)
+    vectors = ctx.embedder.embed([item["content"] for item in items])
+    ctx.vectors.upsert(
+        ctx.episodic_collection,
+        [
+            VectorPoint(
+                id=memory_id,
+                vector=vector,
+                payload={"tenant_id": TENANT, "task_id": TASK, "level": 0},
+            )
+            for memory_id, vector in zip(ids, vectors, strict=True)
+        ],
+    )
+
+    # when each memory is linked as it arrives
+    for memory_id in ids:
+        link_memories(ctx, [memory_id])
+
+    # then it has entity, similarity and causal links
+    kinds = dict(db.execute("SELECT kind, count(*) FROM memory_links GROUP BY 1").fetchall())
+    assert kinds.get("entity", 0) > 0 and kinds.get("causal", 0) > 0
+    assert kinds.get("similar", 0) > 0
+    assert db.execute("SELECT count(*) FROM memories WHERE linked_at IS NULL").fetchone()[0] == 0
+
+    # and "what does the delay of the auth module affect?" follows the causal chain
+    answer = affected_by(ctx.pool, TENANT, "What does the delay of the auth module affect?")
+    assert any("auth module is delayed" in s.content for s in answer.starts)
+    reached = {a.content: a.hops for a in answer.affected}
+    assert reached.get("Agent: The mobile release is blocked by the auth module delay.") == 1
+    assert reached.get("Agent: The billing migration is waiting on the mobile release.") == 2
+
+
+def test_summaries_are_embedded_with_their_version_and_rollbacks_unindexed(ctx, db) -> None:  # type: ignore[no-untyped-def]
+    # given compressed, checked summaries
+    store(db, history(START))
+    run_to_end(compress_step, ctx, "compress", END)
+    run_to_end(quality_step, ctx, "quality", END)
+
+    # when the embed queue drains
+    while drain_embeddings(ctx)["more"]:
+        pass
+
+    # then kept summaries are points carrying level and version; rolled-back ones are not
+    kept = db.execute(
+        "SELECT id, embedding_version FROM memories WHERE level = 1 AND status = 'stored'"
+    ).fetchall()
+    assert kept and {v for _, v in kept} == {ctx.embedder.version}
+    retired = db.execute(
+        "SELECT id FROM memories WHERE level = 1 AND status = 'retired'"
+    ).fetchall()
+    collection = ctx.episodic_collection
+    assert ctx.vectors.count(collection, TENANT) == len(kept)
+    hits = ctx.vectors.search(
+        collection, ctx.embedder.embed(["PKCE mobile client secret"])[0], tenant_id=TENANT
+    )
+    assert hits and hits[0].payload["level"] == 1 and hits[0].payload["version"] >= 1
+    assert not {h.id for h in hits} & {r[0] for r in retired}
+    assert db.execute("SELECT count(*) FROM jobs WHERE status <> 'done'").fetchone()[0] == 0
+
+
+def test_compression_runs_more_often_past_the_capacity_watermark(
+    db, redis_client, qdrant_path
+) -> None:  # type: ignore[no-untyped-def]
+    from config import Settings
+
+    store(db, history(START)[:10])
+    # given a store sized for 100 rows (10 % full), then for 12 rows (83 % full)
+    for capacity, expected_period_s in ((100, 900.0), (12, 900.0 / 4)):
+        context = Clients(Settings(episodic_capacity=capacity, compress_interval_s=900))
+        try:
+            redis_client.delete("memharness:compress:next-sweep")
+            # when the capacity check runs twice within the period
+            first = schedule_compression(context, END)
+            second = schedule_compression(context, END)
+        finally:
+            context.close()
+        # then it starts one sweep, and below the watermark waits the full period
+        assert first["period_s"] == expected_period_s
+        assert (first["started"], second["started"]) == (True, False)
+        ttl_ms = redis_client.pttl("memharness:compress:next-sweep")
+        assert 0 < ttl_ms <= expected_period_s * 1000
+
+
+def test_a_finished_task_gets_one_l3_summary_of_what_is_live(ctx, db) -> None:  # type: ignore[no-untyped-def]
+    # given a project compressed once and checked (some L1 kept, the rest L0 again)
+    store(db, history(START))
+    run_to_end(compress_step, ctx, "compress", END)
+    run_to_end(quality_step, ctx, "quality", END)
+    live = db.execute(
+        "SELECT count(*) FROM memories WHERE status = 'stored' AND superseded_by IS NULL"
+    ).fetchone()[0]
+
+    # when the task is declared finished, twice (a replayed message)
+    first = complete_task(ctx, TENANT, TASK, END)
+    second = complete_task(ctx, TENANT, TASK, END)
+
+    # then one L3 summary covers every row that was live, and the replay wrote nothing
+    assert first["created"] is True and second["created"] is False
+    assert first["sources"] == live
+    l3 = db.execute("SELECT id, parent_ids FROM memories WHERE level = 3").fetchall()
+    assert len(l3) == 1 and len(l3[0][1]) == live
+    assert (
+        db.execute(
+            "SELECT count(*) FROM memories WHERE status = 'stored' AND superseded_by IS NULL"
+        ).fetchone()[0]
+        == 1
+    )

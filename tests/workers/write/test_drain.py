@@ -1,0 +1,149 @@
+"""The write drain's body, called directly against the real PostgreSQL and an embedded store:
+replays change nothing, a lost worker's jobs come back, a job that keeps failing ends dead."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from config import Settings
+from memharness.client import MemoryClient
+from workers.clients import Clients
+from workers.db.jobs import WRITE_JOB, claim_jobs
+from workers.write.drain import drain_writes
+from workers.write.wake import DRAIN_FLAG
+
+SCOPE = {"tenant_id": "acme", "task_id": "t-1", "session_id": "s-1"}
+NOTES = [
+    "We decided to use PostgreSQL 15 for the ledger because we need transactions.",
+    "Status: ATL-104 (auth module) is now blocked on the security review.",
+    "I prefer short status updates; detailed only for architecture decisions.",
+]
+
+
+@pytest.fixture
+def ctx(db, redis_client, qdrant_path, settings: Settings) -> Iterator[Clients]:  # type: ignore[no-untyped-def]
+    context = Clients(settings)
+    yield context
+    context.close()
+
+
+@pytest.fixture
+def recorded(db, redis_client, settings: Settings) -> list[str]:  # type: ignore[no-untyped-def]
+    with MemoryClient(settings) as client:
+        return [str(client.record(note, **SCOPE).memory_id) for note in NOTES]
+
+
+def test_a_drain_stores_the_batch_and_a_replay_changes_nothing(ctx, recorded, db) -> None:  # type: ignore[no-untyped-def]
+    # given three recorded writes and the drain flag their publish set
+    assert ctx.redis.exists(DRAIN_FLAG)
+
+    # when two drains run (a duplicated message)
+    first = drain_writes(ctx)
+    second = drain_writes(ctx)
+
+    # then the first did the work, cleared the flag, and the second found nothing
+    assert (first.claimed, first.stored) == (3, 3)
+    assert (second.claimed, second.stored) == (0, 0)
+    assert not ctx.redis.exists(DRAIN_FLAG)
+    assert db.execute("SELECT count(*) FROM write_decisions WHERE tier = 2").fetchone()[0] == 3
+    assert ctx.vectors.count(ctx.episodic_collection) == 3
+
+
+def test_jobs_of_a_lost_worker_come_back_after_their_lease(ctx, recorded, db) -> None:  # type: ignore[no-untyped-def]
+    # given a worker that claimed the jobs and died before finishing
+    with ctx.pool.connection() as conn:
+        claimed = claim_jobs(conn, kind=WRITE_JOB, limit=10, lease_s=60)
+    assert len(claimed) == 3
+
+    # when another drain runs while the lease holds, it leaves them alone
+    assert drain_writes(ctx).claimed == 0
+
+    # and once the lease has expired it takes them, on their second attempt
+    db.execute("UPDATE jobs SET lease_until = now() - interval '1 second'")
+    report = drain_writes(ctx)
+    assert (report.claimed, report.stored) == (3, 3)
+    rows = db.execute("SELECT status, attempts FROM jobs").fetchall()
+    assert rows == [("done", 2)] * 3
+    assert ctx.vectors.count(ctx.episodic_collection) == 3
+
+
+def test_a_job_whose_worker_keeps_dying_is_dead_lettered_with_its_reason(
+    ctx, recorded, db, settings: Settings
+) -> None:  # type: ignore[no-untyped-def]
+    # given jobs claimed and abandoned as many times as attempts allow
+    for _ in range(settings.job_max_attempts):
+        with ctx.pool.connection() as conn:
+            claim_jobs(conn, kind=WRITE_JOB, limit=10, lease_s=60)
+        db.execute("UPDATE jobs SET lease_until = now() - interval '1 second'")
+
+    # when the next drain claims them once more
+    report = drain_writes(ctx)
+
+    # then they are dead, with the reason, and nothing was stored or indexed
+    assert report.dead == 3
+    reasons = db.execute("SELECT DISTINCT dead_reason FROM jobs WHERE status = 'dead'").fetchall()
+    assert len(reasons) == 1
+    assert f"gave up after {settings.job_max_attempts} attempts" in reasons[0][0]
+    assert "lease expired" in reasons[0][0]
+    statuses = db.execute("SELECT status, count(*) FROM memories GROUP BY 1").fetchall()
+    assert statuses == [("dead", 3)]
+    assert ctx.vectors.count(ctx.episodic_collection) == 0
+
+
+def test_the_context_vector_and_the_search_vector_come_from_the_stored_row(
+    ctx, db, redis_client, settings: Settings
+) -> None:  # type: ignore[no-untyped-def]
+    # given a write that says in its metadata the situation it was written in
+    import uuid
+
+    from pipelines.index.context_vector import context_text
+
+    metadata = {"phase": "debugging", "focus": ["errors"], "trigger": "test failure"}
+    with MemoryClient(settings) as client:
+        receipt = client.record(
+            "Error: the ledger test timed out on the row lock.", metadata=metadata, **SCOPE
+        )
+    pending = db.execute(
+        "SELECT search_tsv FROM memories WHERE id = %s", (receipt.memory_id,)
+    ).fetchone()
+    assert pending == (None,)  # record() leaves the tsvector to the drain
+
+    # when the drain stores it
+    assert drain_writes(ctx).stored == 1
+
+    # then its context vector embeds the phase, focus and trigger of its metadata
+    [point] = ctx.vectors.retrieve(ctx.episodic_collection, [uuid.UUID(str(receipt.memory_id))])
+    expected = ctx.embedder.embed([context_text(metadata, None, None)])[0]
+    assert point.context == pytest.approx(expected, abs=1e-6)
+    # and the stored row carries the tsvector the sparse recall searches
+    matched = db.execute(
+        "SELECT search_tsv @@ to_tsquery('english', 'ledger & lock') FROM memories WHERE id = %s",
+        (receipt.memory_id,),
+    ).fetchone()
+    assert matched == (True,)
+
+
+def test_linking_waits_while_writes_are_due_then_links_everything(ctx, recorded, db) -> None:  # type: ignore[no-untyped-def]
+    from workers.cognition.link import link_unlinked
+
+    # given four stored memories (three recorded by the fixture) and one write still due
+    with MemoryClient(ctx.settings) as client:
+        client.record("We decided to use Redis 7 as the broker because of streams.", **SCOPE)
+    drain_writes(ctx)
+    with MemoryClient(ctx.settings) as client:
+        client.record("Status: ATL-9 is now blocked on the Redis upgrade.", **SCOPE)
+
+    # when linking runs while a write is due, it yields and links nothing
+    assert link_unlinked(ctx)["deferred"] is True
+    assert (
+        db.execute("SELECT count(*) FROM memories WHERE linked_at IS NOT NULL").fetchone()[0] == 0
+    )
+
+    # and once the backlog is drained it links every stored memory
+    drain_writes(ctx)
+    stats = link_unlinked(ctx)
+    assert stats["linked"] == 5
+    assert stats["more"] is False
+    assert db.execute("SELECT count(*) FROM memories WHERE linked_at IS NULL").fetchone()[0] == 0

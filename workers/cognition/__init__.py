@@ -1,0 +1,1 @@
+"""Background cognition in workers: compression, quality, decay, consolidation, links."""

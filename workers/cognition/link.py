@@ -1,0 +1,161 @@
+"""Links (``embed`` queue, the store's owner): new memories are linked to older ones by shared
+entities, vector neighbours of their task and causal proposals of the LLM port.
+"""
+
+from __future__ import annotations
+
+import bisect
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from pipelines.answers import ask_with_fallback
+from pipelines.cognition.link import (
+    Neighbour,
+    causal_links,
+    entity_links,
+    extract_entities,
+    propose_causal_offline,
+    similar_links,
+)
+from pipelines.records import EpisodicMemory
+from workers.clients import Clients
+from workers.cognition.sql import (
+    insert_links,
+    recent_memories,
+    unlinked_ids,
+)
+from workers.db.jobs import WRITE_JOB, count_due_jobs
+from workers.db.rows import fetch_rows, row_to_memory
+from workers.index.targets import EPISODIC, dense_search_target
+
+# Entity links look at the tenant's most recent rows: 300 keeps a link step inside ~50 ms of
+# Python per memory with the offline extractor, and recent memories are the likely partners.
+LINK_CANDIDATES = 300
+LINK_NEIGHBOURS = 10
+
+
+# Entities of a row never change (content is immutable): computed once per process.
+_ENTITIES: dict[uuid.UUID, frozenset[str]] = {}
+_ENTITIES_MAX = 50_000
+
+
+def _entities_of(memories: Sequence[EpisodicMemory]) -> dict[uuid.UUID, frozenset[str]]:
+    if len(_ENTITIES) > _ENTITIES_MAX:
+        _ENTITIES.clear()
+    for memory in memories:
+        if memory.id not in _ENTITIES:
+            _ENTITIES[memory.id] = extract_entities(memory.content)
+    return _ENTITIES
+
+
+OrderedCandidates = tuple[list[EpisodicMemory], list[tuple[datetime, str]]]
+
+
+def _ordered(
+    ordered: dict[str, OrderedCandidates],
+    recent: dict[str, list[EpisodicMemory]],
+    tenant_id: str,
+) -> OrderedCandidates:
+    """A tenant's candidates sorted by (timestamp, id) with their keys, once per batch, so
+    "the older ones" of each new memory is a bisection instead of a scan."""
+    if tenant_id not in ordered:
+        by_key = sorted(recent[tenant_id], key=lambda m: (m.timestamp, str(m.id)))
+        ordered[tenant_id] = (by_key, [(m.timestamp, str(m.id)) for m in by_key])
+    return ordered[tenant_id]
+
+
+def link_memories(ctx: Clients, memory_ids: Sequence[uuid.UUID]) -> dict[str, Any]:
+    """Links of new memories to older ones: shared entities, close neighbours of the same
+    task (vector score >= 0.75), and causal edges proposed by the LLM port (offline rules
+    when it answers badly). One candidate read per tenant and batch; a memory is marked
+    ``linked_at`` in the transaction that writes its links, so a replay skips it."""
+    with ctx.pool.connection() as conn:
+        rows = fetch_rows(conn, memory_ids)
+        linked = {
+            r[0]
+            for r in conn.execute(
+                "SELECT id FROM memories WHERE id = ANY(%s) AND linked_at IS NOT NULL",
+                (list(rows),),
+            ).fetchall()
+        }
+    todo = [
+        rows[i]
+        for i in dict.fromkeys(memory_ids)
+        if i in rows and i not in linked and rows[i]["status"] == "stored" and rows[i]["level"] == 0
+    ]
+    stats: dict[str, Any] = {"linked": 0, "links": 0}
+    if not todo:
+        return stats
+    # Similarity links need vectors of the current model: none while a re-embed run is
+    # building them (entity and causal links do not need them).
+    collection = dense_search_target(ctx, EPISODIC)
+    vectors = ctx.embedder.embed([row["content"] for row in todo])
+    recent: dict[str, list[EpisodicMemory]] = {}
+    ordered: dict[str, OrderedCandidates] = {}
+    for row, vector in zip(todo, vectors, strict=True):
+        memory = row_to_memory(row)
+        if memory.tenant_id not in recent:
+            with ctx.pool.connection() as conn:
+                recent[memory.tenant_id] = recent_memories(
+                    conn, memory.tenant_id, limit=LINK_CANDIDATES
+                )
+        # Only older memories: an undirected link is stored once, from the new one.
+        by_key, keys = _ordered(ordered, recent, memory.tenant_id)
+        older = by_key[: bisect.bisect_left(keys, (memory.timestamp, str(memory.id)))]
+        hits = (
+            ctx.vectors.search(
+                collection,
+                vector,
+                tenant_id=memory.tenant_id,
+                task_id=memory.task_id,
+                limit=LINK_NEIGHBOURS,
+            )
+            if collection is not None
+            else []
+        )
+        with ctx.pool.connection() as conn:
+            hit_rows = fetch_rows(conn, [h.id for h in hits if h.id != memory.id])
+        neighbours = [
+            Neighbour(memory=row_to_memory(hit_rows[h.id]), score=h.score)
+            for h in hits
+            if h.id in hit_rows and hit_rows[h.id]["status"] == "stored"
+        ]
+        links = entity_links(memory, older, entities=_entities_of([memory, *older]))
+        links += similar_links(memory, neighbours)
+        pool = {c.id: c for c in older}
+        pool.update({n.memory.id: n.memory for n in neighbours})
+        candidates = [c for c in pool.values() if c.id != memory.id]
+        if candidates:
+            llm = ctx.llm
+            batch, _, _ = ask_with_fallback(
+                lambda: llm.propose_causal(memory, candidates),  # noqa: B023
+                lambda: propose_causal_offline(memory, candidates),  # noqa: B023
+                llm.name,
+            )
+            links += causal_links(memory, candidates, batch)
+        unique = {(link.src_id, link.dst_id, link.kind): link for link in reversed(links)}
+        with ctx.pool.connection() as conn:
+            stats["links"] += insert_links(conn, memory.tenant_id, memory.id, list(unique.values()))
+        stats["linked"] += 1
+    return stats
+
+
+# Memories linked per message: ~4 ms each in process, so a batch holds the store owner's
+# single slot for about 0.1 s and a waiting write or context() is served soon after.
+LINK_BATCH = 32
+
+
+def link_unlinked(ctx: Clients) -> dict[str, Any]:
+    """Link the oldest stored memories not linked yet, one small batch; ``more`` says go on.
+
+    Linking yields to writes: while write jobs are due it does nothing, and the drain that
+    empties the backlog publishes it again (the relay is the safety net)."""
+    with ctx.pool.connection() as conn:
+        if count_due_jobs(conn, kind=WRITE_JOB, grace_s=0.0):
+            return {"linked": 0, "links": 0, "deferred": True, "more": False}
+        ids = unlinked_ids(conn, older_than_s=0.0, limit=LINK_BATCH)
+    stats = link_memories(ctx, ids)
+    stats["more"] = len(ids) == LINK_BATCH
+    return stats

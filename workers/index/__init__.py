@@ -1,0 +1,1 @@
+"""The vector index: targets and payloads, maintenance, re-embedding, their tasks."""

@@ -1,0 +1,1 @@
+"""The read path in workers: context() where the vectors are, recalls, the window, bumps."""

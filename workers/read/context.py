@@ -1,0 +1,134 @@
+"""``context()`` in the process that holds the vector index: bind the recalls, run the pure
+pipeline, answer JSON.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from pipelines.errors import InvalidInput
+from pipelines.index.context_vector import fusion_weights, query_context_text
+from pipelines.read.assemble import (
+    AssembledContext,
+    ContextItem,
+    ContextSources,
+    WorkingVariable,
+    build_context,
+)
+from pipelines.read.budget import Partition
+from pipelines.read.focus import decide_focus
+from pipelines.read.recall import Recallers, RecallScope
+from workers.clients import Clients
+from workers.index.targets import EPISODIC, dense_search_target
+from workers.read.request import ContextCall, layout_of
+from workers.read.sql import PostgresRecall, versions_from_rows
+from workers.read.vectors import VectorRecall
+
+log = logging.getLogger(__name__)
+
+
+def assemble_for(
+    clients: Clients,
+    call: ContextCall,
+    *,
+    now: datetime | None = None,
+) -> AssembledContext:
+    """Run ``build_context`` for one validated call against the process's clients."""
+    now = now or datetime.now(UTC)
+    request = call.request
+
+    def sources() -> ContextSources:
+        # Called by build_context once PostgreSQL has the literal query's recalls: Redis
+        # answers the window's reads meanwhile.
+        window = clients.working_memory.advance(
+            call.tenant_id, request.task_id, call.session_id, clients.llm, clients.counter
+        )
+        return ContextSources(
+            system=call.system,
+            task_context=tuple(
+                ContextItem(id=f"task:{index}", text=text, must_keep=True)
+                for index, text in enumerate(call.task_context)
+            ),
+            summaries=window.summaries,
+            turns=window.turns,
+            variables=tuple(WorkingVariable(key=key, value=value) for key, value in call.variables),
+            scratch=tuple(
+                ContextItem(id=f"scratch:{index}", text=text, timestamp=now)
+                for index, text in enumerate(call.scratch)
+            ),
+        )
+
+    scope = RecallScope(tenant_id=call.tenant_id, task_id=request.task_id, now=now)
+    store = PostgresRecall(clients.pool, versions_from_rows=versions_from_rows(clients.pool))
+    # Offline, the pipeline's rules see more than the port's would (local scores, feedback).
+    remote = clients.llm if clients.settings.llm_is_remote else None
+    # The dense search fuses in the step's context (phase and focus), so the focus is decided
+    # here first and handed to build_context (one decision, one LLM call).
+    focus = decide_focus(request.query, phase=request.phase, focus=request.focus, llm=remote)
+    dense = VectorRecall(
+        clients.vectors,
+        clients.embedder,
+        clients.episodic_collection if dense_search_target(clients, EPISODIC) is not None else None,
+        clients.vector_lock,
+        fusion=(
+            query_context_text(request.phase, [item.kind.value for item in focus.kinds]),
+            fusion_weights(request.phase),
+        ),
+    )
+    recallers = Recallers(dense=dense, sparse=store, temporal=store, store=store)
+    with store:
+        return build_context(
+            request,
+            sources,
+            scope=scope,
+            recallers=recallers,
+            counter=clients.counter,
+            focus_llm=remote,
+            focus=focus,
+            rewrite_llm=remote,
+            rerank_llm=remote,
+            layout=layout_of(clients.settings),
+        )
+
+
+def delivered_memory_ids(context: AssembledContext) -> list[str]:
+    """The memories the context actually holds (what an access bump should count)."""
+    return [item.id for item in context.partition(Partition.RETRIEVED_MEMORY).items]
+
+
+def answer_call(
+    clients: Clients,
+    call: ContextCall,
+    publish_touch: Callable[[str, list[str], datetime], None],
+) -> AssembledContext:
+    """Assemble one checked call and queue the access bump of what it delivered."""
+    now = datetime.now(UTC)
+    context = assemble_for(clients, call, now=now)
+    ids = delivered_memory_ids(context)
+    if ids:
+        try:
+            publish_touch(call.tenant_id, ids, now)
+        except Exception as exc:  # a lost bump must not lose the answer
+            log.warning("access bump of %s memories not published: %s", len(ids), exc)
+    return context
+
+
+def context_answer(
+    clients: Clients,
+    kwargs: Mapping[str, Any],
+    publish_touch: Callable[[str, list[str], datetime], None],
+) -> dict[str, Any]:
+    """The ``memory.recall.context`` task's body: JSON in, JSON out.
+
+    The call was checked where it was made (``check_context_call``); here it is only
+    decoded. A message of the wrong shape comes back as ``{"error": InvalidInput.to_json()}``
+    (the client raises the same typed error); anything else raises and the task fails.
+    """
+    try:
+        call = ContextCall.from_json(kwargs)
+    except InvalidInput as exc:
+        return {"error": exc.to_json()}
+    return {"context": answer_call(clients, call, publish_touch).model_dump(mode="json")}

@@ -1,0 +1,53 @@
+"""``MemoryClient.recall``: a plain dense search inside the tenant's scope, rows read back.
+
+``context()`` is the full read pipeline (rewrites, dense, sparse and temporal recall, rerank,
+budgeted assembly); this is the single search an agent can ask for directly.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from psycopg.rows import dict_row
+
+from workers.clients import Clients
+from workers.index.targets import EPISODIC, dense_search_target
+
+
+def search(
+    ctx: Clients, *, tenant_id: str, query: str, task_id: str | None, limit: int
+) -> list[dict[str, Any]]:
+    collection = dense_search_target(ctx, EPISODIC)
+    if collection is None:
+        # A re-embed run is building the current model's vectors: a dense score against the
+        # old ones would mix versions. context() still answers from full-text and recency.
+        return []
+    vector = ctx.embedder.embed([query])[0]
+    hits = ctx.vectors.search(collection, vector, tenant_id=tenant_id, task_id=task_id, limit=limit)
+    if not hits:
+        return []
+    with ctx.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(
+            "SELECT id, task_id, session_id, ts, type, content, summary, importance "
+            "FROM memories WHERE id = ANY(%s) AND tenant_id = %s AND status = 'stored'",
+            ([hit.id for hit in hits], tenant_id),
+        )
+        rows = {row["id"]: row for row in cur.fetchall()}
+    results = []
+    for hit in hits:
+        row = rows.get(hit.id)
+        if row is None:
+            continue
+        results.append(
+            {
+                "id": str(row["id"]),
+                "score": round(hit.score, 4),
+                "task_id": row["task_id"],
+                "session_id": row["session_id"],
+                "timestamp": row["ts"].isoformat(),
+                "type": row["type"],
+                "content": row["content"],
+                "importance": row["importance"],
+            }
+        )
+    return results

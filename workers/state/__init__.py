@@ -1,0 +1,1 @@
+"""Task state: the SQL of checkpoints."""

@@ -1,0 +1,1 @@
+"""The write path in workers: the outbox drain, its SQL, its tasks."""
