@@ -1,10 +1,18 @@
 """Words compared across texts: stopword lists, folding, tokens, a light stemmer, number
 words. Compression, quality sampling, consolidation and linking compare what texts say in
 these terms. Pure and deterministic.
+
+Chinese has no spaces: a run of Han characters becomes its character bigrams
+(``支付模块`` → ``支付 付模 模块``), the unit PostgreSQL's and most search engines' CJK
+analyzers use, so two texts that share a word share its bigram whatever surrounds it.
+Bigrams that hold a grammatical particle (的, 了, 吗, ...) are never content and are not
+emitted; common function words (我们, 因为, 已经, ...) are stopwords. A text with no Han
+character is tokenised exactly as before.
 """
 
 from __future__ import annotations
 
+import math
 import re
 import unicodedata
 
@@ -14,7 +22,7 @@ def words(text: str) -> frozenset[str]:
     return frozenset(text.split())
 
 
-STOPWORDS: frozenset[str] = words(
+_ENGLISH_STOPWORDS: frozenset[str] = words(
     """a about above after again against all am an and any are aren't as at be because been
     before being below between both but by can can't cannot could couldn't did didn't do does
     doesn't doing don't down during each few for from further had hadn't has hasn't have
@@ -29,10 +37,30 @@ STOPWORDS: frozenset[str] = words(
     just also yes yeah yep likely since"""
 )
 
+# Han ideographs: CJK Extension A, the unified block and the compatibility block.
+HAN = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+_HAN_RE = re.compile(f"[{HAN}]")
+_HAN_RUN_RE = re.compile(f"[{HAN}]+")
+
+# Particles: a bigram holding one of these straddles a word boundary (模块的 → 块的, 的支).
+PARTICLES = frozenset("的了吗呢吧啊呀嘛哦么着")
+
+# Chinese function words, as bigrams (and a few single characters for one-character runs).
+CJK_STOPWORDS: frozenset[str] = words(
+    """我们 你们 他们 她们 它们 咱们 大家 自己 这个 那个 这些 那些 这样 那样 这里 那里
+    一个 一些 一下 一点 就是 还是 也是 都是 不是 只是 但是 而且 并且 或者 以及 如果 然后
+    因为 所以 因此 于是 虽然 不过 可是 已经 正在 可以 可能 应该 需要 没有 什么 怎么 为什么
+    哪些 哪个 如何 是否 有没 现在 时候 之后 之前 以后 以前 关于 对于 其中 其他 另外 还有
+    请问 一下 好的 是的 对的 我 你 他 她 它 是 在 有 和 与 及 或 也 就 都 而 被 把 让 给
+    对 从 向 于 之 其 这 那 个 很 还 又 再 不 没 会 要 能 吗 呢 吧 啊 的 了 着 过"""
+)
+
+STOPWORDS: frozenset[str] = _ENGLISH_STOPWORDS | CJK_STOPWORDS
+
 NEGATIONS: frozenset[str] = words(
     "no not nor never none nobody nothing neither without don't doesn't didn't isn't aren't "
     "wasn't weren't won't wouldn't can't cannot couldn't shouldn't haven't hasn't hadn't "
-    "mustn't"
+    "mustn't 不 没 没有 别 不要 不用 不会 不能 未 无 非 勿"
 )
 
 # Words a telegraphic summary drops on top of the stopwords: interjections, intensifiers,
@@ -73,9 +101,56 @@ def fold(text: str) -> str:
     return unicodedata.normalize("NFKC", text).casefold().replace("’", "'")
 
 
+def has_han(text: str) -> bool:
+    return _HAN_RE.search(text) is not None
+
+
+# Single characters that are function words wherever they stand between content words
+# (是, 在, 和, ...). Others (对, 会, 要, 不, 过) start content words too (对接, 会议, 需要,
+# 不同, 过程) and are left inside the run.
+_SEPARATOR_CHARS = "是在和与及或把被给"
+
+
+def _separator_re() -> re.Pattern[str]:
+    multi = sorted((w for w in CJK_STOPWORDS if len(w) > 1), key=len, reverse=True)
+    singles = "".join(sorted(PARTICLES)) + _SEPARATOR_CHARS
+    return re.compile("|".join([*map(re.escape, multi), f"[{singles}]"]))
+
+
+_SEPARATOR_RE = _separator_re()
+
+
+def han_bigrams(run: str) -> list[str]:
+    """The bigrams of a run of Han characters, cut first at its function words and particles
+    (``我们已经决定采用`` → ``决定 定采 采用``); a lone character stands for itself."""
+    bigrams: list[str] = []
+    for part in _SEPARATOR_RE.split(run):
+        if len(part) == 1:
+            bigrams.append(part)
+        else:
+            bigrams += [part[i : i + 2] for i in range(len(part) - 1)]
+    return bigrams
+
+
 def raw_tokens(text: str) -> list[str]:
-    """Words, numbers and identifiers (``auth/login.py``, ``ATL-12``, ``v1.2``), folded."""
-    return _TOKEN_RE.findall(fold(text))
+    """Words, numbers and identifiers (``auth/login.py``, ``ATL-12``, ``v1.2``), folded; Han
+    runs as their bigrams (``JWT迁移`` → ``jwt 迁移``)."""
+    folded = fold(text)
+    found = _TOKEN_RE.findall(folded)
+    if not _HAN_RE.search(folded):
+        return found
+    tokens: list[str] = []
+    for token in found:
+        if not _HAN_RE.search(token):
+            tokens.append(token)
+            continue
+        start = 0
+        for run in _HAN_RUN_RE.finditer(token):
+            tokens += _TOKEN_RE.findall(token[start : run.start()])
+            tokens += han_bigrams(run.group())
+            start = run.end()
+        tokens += _TOKEN_RE.findall(token[start:])
+    return tokens
 
 
 def stem(token: str) -> str:
@@ -117,8 +192,22 @@ def content_tokens(text: str) -> list[str]:
     return [normalise_token(t) for t in raw_tokens(text) if t not in STOPWORDS]
 
 
+# Chinese words average about 1.5 characters (two-character words dominate, one-character
+# function words are frequent): a run of Han characters counts as that many words, so a
+# ratio or a "too thin" threshold means the same in both languages.
+HAN_CHARS_PER_WORD = 1.5
+
+
 def word_count(text: str) -> int:
-    return len(text.split())
+    """Words of ``text``: whitespace-separated words, a Han run as its characters / 1.5."""
+    if not _HAN_RE.search(text):
+        return len(text.split())
+    han = len(_HAN_RE.findall(text))
+    rest = _HAN_RUN_RE.sub(" ", text)
+    # Chinese punctuation separates nothing by whitespace: count only words with a letter
+    # or digit in them, so "，" or "。" left between runs adds no word.
+    latin = sum(1 for word in rest.split() if any(ch.isalnum() for ch in word))
+    return latin + math.ceil(han / HAN_CHARS_PER_WORD)
 
 
 def is_number(token: str) -> bool:
