@@ -7,6 +7,7 @@ import json
 import logging
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from config import get_settings
 from memharness.bench.retrieval_latency import register_bench as register_latency
@@ -102,11 +103,19 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     if args.which == "compression":
         from memharness.bench.compression import run as run_compression
 
-        return run_compression(args.data, l1_ratio=args.l1_ratio, limit=args.limit)
+        return run_compression(args.data, l1_ratio=args.l1_ratio, limit=args.limit, lang=args.lang)
     if args.which == "consolidation":
         from memharness.bench.consolidation import run as run_consolidation
 
-        return run_consolidation(args.data, memories=args.memories, batch=args.batch)
+        return run_consolidation(
+            args.data, memories=args.memories, batch=args.batch, lang=args.lang
+        )
+    if args.which == "dataset":
+        from memharness.bench.zh_project import write
+
+        questions = write(Path(args.out), seed=args.seed)
+        print(json.dumps({"dataset": args.name, "out": args.out, "questions": questions}))
+        return 0
     raise AssertionError(args.which)
 
 
@@ -166,10 +175,22 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--data", required=True, help="LoCoMo-format JSON, read at run time")
     b.add_argument("--l1-ratio", type=float, default=None, help="L1 target ratio (policy: 10)")
     b.add_argument("--limit", type=int, default=None, help="only the first N conversations")
+    b.add_argument(
+        "--lang", choices=["en", "zh"], default="en", help="language of the decision set"
+    )
     b = bench.add_parser("consolidation", help="memories/s through consolidation, offline")
     b.add_argument("--data", default=None, help="LoCoMo-format file instead of generated data")
     b.add_argument("--memories", type=int, default=20000)
     b.add_argument("--batch", type=int, default=1000)
+    b.add_argument(
+        "--lang", choices=["en", "zh"], default="en", help="language of the generated history"
+    )
+    b = bench.add_parser(
+        "dataset", help="write a generated evaluation set (LoCoMo format) to --out"
+    )
+    b.add_argument("name", choices=["zh-project"], help="zh-project: Chinese project tracking")
+    b.add_argument("--out", required=True, help="where to write the JSON")
+    b.add_argument("--seed", type=int, default=20261203)
     register_bench(bench)
     register_latency(bench)
     p.set_defaults(func=_cmd_bench)

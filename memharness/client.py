@@ -61,6 +61,7 @@ if TYPE_CHECKING:
     from celery import Celery
 
     from pipelines.read.assemble import AssembledContext
+    from pipelines.read.recall import KnowledgeView
     from workers.read.affected import Traversal
 
 log = logging.getLogger(__name__)
@@ -349,6 +350,26 @@ class MemoryClient:
         )
         hits: list[dict[str, Any]] = result.get(timeout=timeout_s)
         return hits
+
+    def knowledge(
+        self,
+        *,
+        tenant_id: str,
+        kind: str | None = None,
+        query: str | None = None,
+        limit: int = 50,
+    ) -> list[KnowledgeView]:
+        """The tenant's semantic knowledge (what consolidation made of its episodes): each
+        item's kind, content, confidence, conditions, sources (episode ids) and status.
+
+        ``kind`` keeps one kind (preference, pattern, mistake, convention); ``query`` keeps
+        the items saying some of it, the ones saying most first (else the most confident
+        first); at most ``limit`` (1-500). Raises :class:`InvalidInput` naming the field and
+        the limit."""
+        from workers.read.semantic import check_knowledge_call, list_knowledge
+
+        call = check_knowledge_call(tenant_id=tenant_id, kind=kind, query=query, limit=limit)
+        return list_knowledge(self._pool, call)
 
     def context(
         self,

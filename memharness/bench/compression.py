@@ -190,10 +190,56 @@ _FILLER = [
 ]
 
 
+# The decision set in Chinese: templates written for it, the same slots and structure.
+_COMPONENTS_ZH = [
+    "任务队列",
+    "会话缓存",
+    "账单服务",
+    "认证模块",
+    "事件总线",
+    "搜索索引",
+    "部署流水线",
+    "监控导出器",
+]
+_REASONS_ZH = [
+    "它能在写入的同一个事务里入队",
+    "结账流程的 p99 延迟必须低于 {n} 毫秒",
+    "值班团队已经在生产环境用它，熟悉它的故障模式",
+    "它的许可证允许打包进设备镜像",
+    "压测显示同样吞吐下内存少用 {n}%",
+    "旧客户端在工单 OPS-{n} 里高负载时泄漏文件句柄",
+    "表结构集中在一处，迁移脚本方便评审",
+    "厂商 {n} 周后停止支持旧版本",
+]
+_DECISION_TEMPLATES_ZH = [
+    "我们决定{component}用 {tech}，因为{reason}。",
+    "{component}选用 {tech} 而不是 {old}，原因是{reason}。",
+    "决定：{component}从 {old} 切换到 {tech}，因为{reason}。",
+    "评审后{component}确定用 {tech} 替代 {old}，由于{reason}。",
+]
+_FILLER_ZH = [
+    "好的，谢谢",
+    "没问题",
+    "状态：ATL-{n} 已进入评审，等李工看。",
+    "跑了集成测试：{n} 个通过，2 个失败，耗时 41 秒。",
+    "我喜欢简短的进度汇报，只有架构问题才需要写细节。",
+    'Traceback (most recent call last):\n  File "app/jobs.py", line {n}, in run\n'
+    "    conn.execute(sql)\npsycopg.OperationalError: server closed the connection",
+    "构建 {n} 已部署到预发环境，冒烟测试全部通过。",
+    "好，继续",
+    "先把不稳定的测试 tests/test_auth.py::test_refresh 隔离了。",
+]
+_DECISION_LANGUAGES = {
+    "en": (_COMPONENTS, _REASONS, _DECISION_TEMPLATES, _FILLER),
+    "zh": (_COMPONENTS_ZH, _REASONS_ZH, _DECISION_TEMPLATES_ZH, _FILLER_ZH),
+}
+
+
 def decision_sessions(
-    count: int = 200, seed: int = 20240601
+    count: int = 200, seed: int = 20240601, lang: str = "en"
 ) -> list[tuple[list[SourceMemory], list[tuple[str, str]]]]:
     """Sessions of a software project with their known (decision, rationale) pairs."""
+    components, reasons, templates, filler = _DECISION_LANGUAGES[lang]
     rng = random.Random(seed)
     start = datetime(2024, 3, 4, 9, 0, tzinfo=UTC)
     sessions: list[tuple[list[SourceMemory], list[tuple[str, str]]]] = []
@@ -203,14 +249,14 @@ def decision_sessions(
         decisions: list[tuple[str, str]] = []
         for _ in range(rng.randint(2, 4)):
             tech, old = rng.choice(_TECH)
-            reason = rng.choice(_REASONS).format(n=rng.randint(2, 900))
-            sentence = rng.choice(_DECISION_TEMPLATES).format(
-                tech=tech, old=old, component=rng.choice(_COMPONENTS), reason=reason
+            reason = rng.choice(reasons).format(n=rng.randint(2, 900))
+            sentence = rng.choice(templates).format(
+                tech=tech, old=old, component=rng.choice(components), reason=reason
             )
             texts.append(sentence)
             decisions.append((sentence, reason))
         texts += [
-            rng.choice(_FILLER).format(n=rng.randint(10, 999)) for _ in range(rng.randint(4, 9))
+            rng.choice(filler).format(n=rng.randint(10, 999)) for _ in range(rng.randint(4, 9))
         ]
         rng.shuffle(texts)
         speakers = ("user", "agent")
@@ -230,10 +276,10 @@ def decision_sessions(
     return sessions
 
 
-def measure_decision_fidelity(policy: LevelPolicy) -> dict[str, float | int]:
+def measure_decision_fidelity(policy: LevelPolicy, lang: str = "en") -> dict[str, float | int]:
     kept = total = 0
     source_words = summary_words = 0
-    for rows, decisions in decision_sessions():
+    for rows, decisions in decision_sessions(lang=lang):
         draft = compress_group(rows, Level.L1, policy=policy).draft
         index = TextIndex([DatedText(text=draft.content, anchor=draft.timestamp.date())])
         source_words += draft.source_words
@@ -356,6 +402,7 @@ def run(
     l1_ratio: float | None = None,
     limit: int | None = None,
     curve: Sequence[float] = (2.5, 5.0),
+    lang: str = "en",
 ) -> int:
     if not data_path:
         _log("error: --data PATH (a LoCoMo-format JSON file) is required")
@@ -399,7 +446,7 @@ def run(
     _log("scoring the QAs")
     per_cat, kept, skipped = _score(samples, runs)
     _log("decision set: generating and compressing")
-    decisions = measure_decision_fidelity(policy)
+    decisions = measure_decision_fidelity(policy, lang)
     eligible = sum(s["eligible"] for s in per_cat.values())
     checkable = sum(s["checkable"] for s in per_cat.values())
 
@@ -416,6 +463,8 @@ def run(
         "decision_fidelity": round(float(decisions["decision_fidelity"]), 4),
         "compress_per_s": round(l0_count / single.l1_seconds, 1) if single.l1_seconds else None,
         "adapter": "offline",
+        "lang": lang,
+        "data": path.name,
         "mode": "gated: compress, quality check, roll back and retry at half the ratio, "
         "annotate-only after 3 failures",
         "l1_target_ratio": policy.ratio_l1,

@@ -66,6 +66,49 @@ _PLAIN = [
 ]
 
 
+# The generated history in Chinese: the same kinds of knowledge and plain memories, written
+# for it (not translated), so recurrence, merging and conditions are measured in Chinese.
+_STYLES_ZH = [("简短", "详细"), ("简洁", "完整"), ("正式", "随意"), ("要点式", "叙述式")]
+_THINGS_ZH = ["进度汇报", "回答", "提交说明", "代码评审意见", "发版说明", "故障报告"]
+_CONDITIONS_ZH = ["架构问题", "事故复盘", "新人文档", "设计文档"]
+_CONVENTIONS_ZH = [
+    "模块名统一用 snake_case",
+    "每个公开函数都写类型注解",
+    "每行日志都用 UTC 时间戳",
+    "每个合并请求只带一个迁移",
+    "高风险改动一律加特性开关",
+]
+_COMPONENTS_ZH = ["认证模块", "账单服务", "搜索索引", "任务队列", "前端页面"]
+_PLAIN_ZH = [
+    "状态：ATL-{n} 已进入评审，等李工确认。",
+    "跑了集成测试：{n} 个通过，2 个失败，耗时 41 秒。",
+    "我们决定金额用整数分存在 amount_cents 里，因为浮点数会丢一分钱。",
+    "构建 {n} 已部署到预发环境，冒烟测试通过。",
+    "为不稳定的登录测试开了工单 OPS-{n}。",
+    "收到，谢谢",
+    "定时任务挪到 UTC 02:00，避开备份窗口。",
+    "加索引之后 /api/orders 的 p99 延迟是 {n} 毫秒。",
+]
+
+
+def _knowledge_text_zh(rng: random.Random) -> tuple[str, MemoryType | None]:
+    roll = rng.random()
+    if roll < 0.4:
+        low, high = rng.choice(_STYLES_ZH)
+        thing = rng.choice(_THINGS_ZH)
+        if rng.random() < 0.15:
+            condition = rng.choice(_CONDITIONS_ZH)
+            return f"遇到{condition}时，我希望{thing}写得{high}一些。", MemoryType.PREFERENCE
+        return f"我希望{thing}写得{low}一些。", MemoryType.PREFERENCE
+    if roll < 0.6:
+        return f"本项目一律{rng.choice(_CONVENTIONS_ZH)}。", None
+    if roll < 0.8:
+        component = rng.choice(_COMPONENTS_ZH)
+        return f"{component}超时的时候，带抖动的重试效果很好。", None
+    component = rng.choice(_COMPONENTS_ZH)
+    return f"教训：以后周五不要再发布{component}。", None
+
+
 def _log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
@@ -88,8 +131,11 @@ def _knowledge_text(rng: random.Random) -> tuple[str, MemoryType | None]:
 
 
 def generate_memories(
-    count: int, *, tenants: int = 2, seed: int = 7
+    count: int, *, tenants: int = 2, seed: int = 7, lang: str = "en"
 ) -> dict[str, list[EpisodicMemory]]:
+    knowledge, plain = (
+        (_knowledge_text_zh, _PLAIN_ZH) if lang == "zh" else (_knowledge_text, _PLAIN)
+    )
     rng = random.Random(seed)
     start = datetime(2024, 5, 1, tzinfo=UTC)
     out: dict[str, list[EpisodicMemory]] = {f"tenant-{t}": [] for t in range(tenants)}
@@ -97,9 +143,9 @@ def generate_memories(
         tenant = f"tenant-{i % tenants}"
         memory_type: MemoryType | None
         if rng.random() < 0.25:
-            text, memory_type = _knowledge_text(rng)
+            text, memory_type = knowledge(rng)
         else:
-            text, memory_type = rng.choice(_PLAIN).format(n=rng.randint(10, 999)), None
+            text, memory_type = rng.choice(plain).format(n=rng.randint(10, 999)), None
         out[tenant].append(
             EpisodicMemory(
                 id=uuid.uuid5(ID_NAMESPACE, f"bench-consolidation\x1f{seed}\x1f{i}"),
@@ -138,7 +184,14 @@ def locomo_memories(path: Path) -> dict[str, list[EpisodicMemory]]:
     return out
 
 
-def run(data_path: str | None, *, memories: int = 20000, batch: int = 1000, dim: int = 384) -> int:
+def run(
+    data_path: str | None,
+    *,
+    memories: int = 20000,
+    batch: int = 1000,
+    dim: int = 384,
+    lang: str = "en",
+) -> int:
     if data_path:
         path = Path(data_path)
         if not path.is_file():
@@ -147,8 +200,8 @@ def run(data_path: str | None, *, memories: int = 20000, batch: int = 1000, dim:
         by_tenant = locomo_memories(path)
         source = f"locomo:{path.name}"
     else:
-        by_tenant = generate_memories(memories)
-        source = "generated"
+        by_tenant = generate_memories(memories, lang=lang)
+        source = "generated" if lang == "en" else f"generated-{lang}"
     embedder = HashingEmbedder(dim)
     total = sum(len(rows) for rows in by_tenant.values())
     _log(f"consolidating {total} memories of {len(by_tenant)} tenant(s) in batches of {batch}")

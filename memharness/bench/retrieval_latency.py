@@ -54,7 +54,8 @@ SEED = 20261202
 # batches of this size keep each step a second or less and the progress lines readable.
 BATCH = 5_000
 REDIS_DB = 13
-# The default layout's fixed partitions take 24,000 tokens; 32k leaves the elastic ones room.
+# A 32k model's context: below the default 128k every partition takes its share (retrieved
+# memory 8,000 tokens here; 2,461 before partitions scaled, when the fixed ones took 24,000).
 BUDGET_TOKENS = 32_000
 
 SUBJECTS = [

@@ -21,6 +21,11 @@
    beside the old item; otherwise it is stored flagged ``needs_confirmation``. The stored
    item is never touched.
 
+Chinese goes through the same steps: the extractor's Chinese cues, the embedder's similarity
+(the hashing embedder hashes Han text as character bigrams, so restated Chinese knowledge
+scores as restated English does), and the Chinese stance, topic and conditions of
+:mod:`pipelines.cognition.stance` (遇到架构问题时 is a condition, 简洁 and 详细 opposite ends).
+
 Pure: the embedder is a port, the clock an argument; the worker applies the plan.
 """
 

@@ -3,7 +3,9 @@
 Preferences, effective patterns, mistakes to avoid and project conventions, each with a
 confidence and its source ids. An LLM adapter answers :class:`KnowledgeBatch` JSON
 (:class:`KnowledgeExtractor` is what consolidation asks of the LLM port); the offline rules
-(:class:`OfflineKnowledge`) find them by cue words, one sentence at a time.
+(:class:`OfflineKnowledge`) find them by cue words, one sentence at a time, in English and in
+Chinese (教训 / 不要再 a mistake, 效果很好 a pattern, 统一 / 一律 / 本项目 a convention, 请 /
+希望 / 偏好 / 习惯 / 总是 / 不要 a preference).
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ from typing import Protocol, runtime_checkable
 from pydantic import BaseModel, ConfigDict, Field
 
 from pipelines.answers import parse_json
+from pipelines.cognition.segments import is_question
 from pipelines.cognition.stance import CUE_WORDS, conditions_of
 from pipelines.records import EpisodicMemory, MemoryType
 from pipelines.text.sentences import split_sentences, split_speaker
-from pipelines.text.words import STOPWORDS, raw_tokens
+from pipelines.text.words import STOPWORDS, has_han, raw_tokens, word_count
 
 
 class KnowledgeKind(StrEnum):
@@ -106,6 +109,45 @@ _CUES: tuple[tuple[KnowledgeKind, re.Pattern[str]], ...] = (
     ),
 )
 
+# The same kinds in Chinese, in the same order (a lesson before a convention before a
+# preference). Chinese cues stand inside runs of characters, so they are matched in the text;
+# 统一 / 一律 / 本项目 state a rule of the project (a convention), 请 / 希望 / 偏好 / 习惯 /
+# 总是 / 不要 a person's wish (a preference).
+_CUES_ZH: tuple[tuple[KnowledgeKind, re.Pattern[str]], ...] = (
+    (
+        KnowledgeKind.MISTAKE,
+        re.compile(
+            r"教训|吸取教训|踩坑|踩过的坑|踩了坑|(?:以后|下次|再也)(?:不要|别|不能|不会)|不要再|"
+            r"别再|不该|不应该|本不该|搞砸|犯错|失误|(?:导致|造成|引发)了?[^，。；]{0,8}"
+            r"(?:故障|事故|宕机|回滚|中断|问题)"
+        ),
+    ),
+    (
+        KnowledgeKind.PATTERN,
+        re.compile(
+            r"效果(?:很好|不错|明显|显著)|很有效|管用|奏效|解决(?:办法|方法)是|修复方法是|"
+            r"(?:通过|靠)[^，。；]{1,12}解决|最佳实践|好办法|帮了大忙|很有帮助"
+        ),
+    ),
+    (
+        KnowledgeKind.CONVENTION,
+        re.compile(
+            r"约定|(?:代码|命名|编码|提交|开发)规范|规范是|惯例|命名规则|"
+            r"统一(?:使用|用|采用|为)?|一律|本项目|这个项目(?:里|中)|"
+            r"我们(?:的)?(?:规范|标准|规则)|规则是|技术栈|默认(?:用|使用)|必须(?:用|使用)|"
+            r"团队(?:规定|约定)"
+        ),
+    ),
+    (
+        KnowledgeKind.PREFERENCE,
+        re.compile(
+            r"偏好|(?<!不)喜欢|不喜欢|讨厌|希望|想要|宁愿|宁可|倾向|习惯(?:用|于)?|"
+            r"(?<![申邀])请(?:用|使用|保持|不要|别|务必|一律|总是|始终|先|尽量|以后|统一|把)|"
+            r"总是|始终|(?<!并)不要|别再|我的风格"
+        ),
+    ),
+)
+
 _TYPE_KIND = {MemoryType.PREFERENCE: KnowledgeKind.PREFERENCE}
 # A sentence needs this much left after its cue words to say something reusable.
 _MIN_TOPIC_WORDS = 2
@@ -117,7 +159,7 @@ def extract_offline(memories: Sequence[EpisodicMemory]) -> KnowledgeBatch:
     for memory in memories:
         _, body = split_speaker(memory.content)
         for sentence in split_sentences(body):
-            if sentence.rstrip().endswith("?"):
+            if is_question(sentence):
                 continue
             kind = _kind_of(sentence, memory.type)
             if kind is None:
@@ -137,15 +179,19 @@ def extract_offline(memories: Sequence[EpisodicMemory]) -> KnowledgeBatch:
 
 
 def _substance(sentence: str) -> set[str]:
-    """The words of a sentence beyond its cue words: "I love it." has none."""
+    """The words of a sentence beyond its cue words: "I love it." (我喜欢。) has none."""
+    if has_han(sentence):
+        for _, pattern in _CUES_ZH:
+            sentence = pattern.sub(" ", sentence)
     return {t for t in raw_tokens(sentence) if t not in STOPWORDS and t not in CUE_WORDS}
 
 
 def _kind_of(sentence: str, memory_type: MemoryType | None) -> KnowledgeKind | None:
-    for kind, pattern in _CUES:
-        if pattern.search(sentence):
+    han = has_han(sentence)
+    for (kind, pattern), (_, pattern_zh) in zip(_CUES, _CUES_ZH, strict=True):
+        if pattern.search(sentence) or (han and pattern_zh.search(sentence)):
             return kind
-    if memory_type in _TYPE_KIND and len(sentence.split()) >= 4:
+    if memory_type in _TYPE_KIND and word_count(sentence) >= 4:
         return _TYPE_KIND[memory_type]
     return None
 

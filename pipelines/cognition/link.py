@@ -13,6 +13,14 @@ Three kinds, as the ``memory_links`` table stores them:
   naming X the cause; "X delays / blocks / breaks / affects Y" makes the memory naming Y
   the effect.
 
+Chinese text is read with the same three rules: its identifiers name people (张工), modules
+(支付模块) and ids; a noun phrase is a head (联调, 迁移, 审计 ...) with the module or the two
+characters before it (支付模块联调, 账单迁移); the causal cues are 因为 / 由于 / 依赖 / 等待 /
+受…影响 / …所以 (the memory naming X is the cause) and 会影响 / 影响到 / 导致 / 推迟 / 延期 /
+阻塞 (the memory naming Y is the effect). A Chinese phrase names many memories in part (every
+memory about 支付模块), so it links only to those that match it best. A question in Chinese
+(认证模块延期会影响哪些模块？) is read without its question words.
+
 An undirected link is stored once, from the new memory to the old one; traversal reads it
 both ways. :func:`traverse` walks hop by hop (one store query per hop, so a database can
 answer each hop with one indexed query); :func:`affected_by` answers "what does the delay of
@@ -31,11 +39,16 @@ from typing import Protocol, runtime_checkable
 from pydantic import BaseModel, ConfigDict, Field
 
 from pipelines.answers import ask_with_fallback, parse_json
+from pipelines.cognition.entities import extract_entities
+from pipelines.cognition.protocol import compact
 from pipelines.records import EpisodicMemory
-from pipelines.text.dates import find_dates
-from pipelines.text.identifiers import find_identifiers
 from pipelines.text.sentences import split_speaker
-from pipelines.text.words import STOPWORDS, content_tokens, fold, normalise_token, raw_tokens, words
+from pipelines.text.words import (
+    content_tokens,
+    has_han,
+    normalise_token,
+    raw_tokens,
+)
 
 SIMILAR_MIN_SCORE = 0.75
 MAX_ENTITY_LINKS = 20
@@ -61,58 +74,6 @@ class MemoryLink(BaseModel):
     kind: LinkKind
     weight: float = Field(ge=0.0, le=1.0)
     reason: str = ""
-
-
-# Heads of the noun phrases that name things in a software project: "the auth module",
-# "billing service", "frontend release" ("release 2.3" is caught by the identifier rules).
-_HEADS = words(
-    """module service api endpoint component library package database db table queue worker
-    job pipeline feature page screen server client cluster bucket repo repository branch
-    ticket suite migration schema index team release sprint milestone deadline project
-    integration dashboard flow cache store backend frontend app model spec launch rollout
-    provider"""
-)
-_WEAK_MODIFIERS = words(
-    """new old current next last first second same other this that whole entire main big
-    small our your their my his her its the a an some any each every"""
-)
-_WORDS_RE = re.compile(r"[A-Za-z][\w-]*|[^\sA-Za-z]+")
-
-
-def _head_phrases(text: str) -> set[str]:
-    """'modifier head' for each head noun that ends a phrase ("the auth module")."""
-    words = [fold(w) for w in _WORDS_RE.findall(text)]
-    found: set[str] = set()
-    for i, word in enumerate(words):
-        head = word[:-1] if word.endswith("s") and word[:-1] in _HEADS else word
-        if head not in _HEADS:
-            continue
-        following = words[i + 1] if i + 1 < len(words) else ""
-        if following in _HEADS or following.rstrip("s") in _HEADS:
-            continue  # "frontend release": the phrase ends at the next head
-        for j in (i - 1, i - 2):
-            if j < 0 or not words[j][0].isalpha():
-                break
-            if words[j] in STOPWORDS or words[j] in _WEAK_MODIFIERS:
-                continue
-            found.add(f"{normalise_token(words[j])} {normalise_token(head)}")
-            break
-    return found
-
-
-def extract_entities(text: str) -> frozenset[str]:
-    """Normalised names of the things a text talks about (not numbers or dates)."""
-    _, body = split_speaker(text)
-    found: set[str] = set()
-    date_words = {fold(body[s:e]) for s, e, _ in find_dates(body)}
-    for identifier in find_identifiers(body):
-        key = fold(identifier).strip("`")
-        if key.replace(".", "").replace(",", "").isdigit() or key in date_words:
-            continue
-        if len(key) > 1:
-            found.add(key)
-    found |= _head_phrases(body)
-    return frozenset(found)
 
 
 class Neighbour(BaseModel):
@@ -238,6 +199,18 @@ _CAUSE_OF_RE = re.compile(
 )
 _PHRASE_END_RE = re.compile(r"[,.;:!?]|\s(?:and|but|so|which|because|until|by)\s", re.I)
 
+# The same in Chinese: X, a run up to a clause mark or a word that ends it (而推迟, 才能).
+_PHRASE_ZH = r"([^，。；：！？,;:!?\n]{2,30}?)(?=[，。；：！？,;:!?\n]|而|才|所以|的影响|影响|$)"
+_EFFECT_OF_ZH_RE = re.compile(
+    rf"(?:因为|由于|受到?|依赖于?|取决于|等待|等着|要等|被|卡在|基于){_PHRASE_ZH}"
+)
+_CAUSE_OF_ZH_RE = re.compile(
+    r"(?:会影响|影响到|影响了|影响|波及|导致了?|造成了?|使得|拖累了?|耽误了?|阻塞了?|拖慢了?|"
+    rf"(?:推迟|延期|延误)了?(?![到至为成]))\s*{_PHRASE_ZH}"
+)
+# "X，所以 Y": the memory saying it is the effect of X, the clause before the connective.
+_CONSEQUENCE_ZH_RE = re.compile(r"([^，。；！？,;!?\n]{2,30})[，,]?\s*(?:所以|因此|因而|于是)")
+
 
 def _phrase_keys(phrase: str) -> tuple[frozenset[str], frozenset[str]]:
     cut = _PHRASE_END_RE.search(phrase)
@@ -258,30 +231,71 @@ def _matches(phrase: tuple[frozenset[str], frozenset[str]], other: EpisodicMemor
     return 0.0
 
 
+def _best_matches(
+    phrase: tuple[frozenset[str], frozenset[str]], others: Sequence[EpisodicMemory]
+) -> list[tuple[EpisodicMemory, float]]:
+    """The candidates a Chinese phrase names best, most shared entities then most shared
+    words first. As :func:`_matches`, with one more demand: an entity match must be on the
+    phrase's most specific entities (支付模块联调, not the 支付模块 inside it), since most
+    memories of a project name its modules."""
+    entities, tokens = phrase
+    specific = {e for e in entities if not any(e != o and e in o for o in entities)}
+    scored: list[tuple[tuple[int, int], EpisodicMemory, float]] = []
+    for other in others:
+        other_entities = extract_entities(other.content)
+        other_tokens = set(content_tokens(other.content))
+        shared = (len(entities & other_entities), len(tokens & other_tokens))
+        if specific & other_entities:
+            confidence = 0.8
+        elif tokens and shared[1] >= 2 and shared[1] >= 0.5 * len(tokens):
+            confidence = 0.6
+        else:
+            continue
+        scored.append((shared, other, confidence))
+    if not scored:
+        return []
+    best = max(shared for shared, _, _ in scored)
+    return [(other, confidence) for shared, other, confidence in scored if shared == best]
+
+
 def propose_causal_offline(
     memory: EpisodicMemory, candidates: Sequence[EpisodicMemory]
 ) -> CausalBatch:
     """Causal edges between ``memory`` and ``candidates`` from cue phrases (module docstring)."""
     edges: dict[tuple[uuid.UUID, uuid.UUID], CausalEdge] = {}
     _, body = split_speaker(memory.content)
+    others = [c for c in candidates if c.id != memory.id and c.tenant_id == memory.tenant_id]
+
+    def add(other: EpisodicMemory, confidence: float, memory_is_cause: bool, cue: str) -> None:
+        cause, effect = (memory.id, other.id) if memory_is_cause else (other.id, memory.id)
+        key = (cause, effect)
+        if key not in edges or edges[key].confidence < confidence:
+            edges[key] = CausalEdge(
+                cause_id=cause,
+                effect_id=effect,
+                confidence=confidence,
+                reason=f"offline cue {cue[:80]!r}",
+            )
+
     for pattern, memory_is_cause in ((_EFFECT_OF_RE, False), (_CAUSE_OF_RE, True)):
         for match in pattern.finditer(body):
             phrase = _phrase_keys(match.group(1))
-            for other in candidates:
-                if other.id == memory.id or other.tenant_id != memory.tenant_id:
-                    continue
+            for other in others:
                 confidence = _matches(phrase, other)
-                if confidence <= 0:
-                    continue
-                cause, effect = (memory.id, other.id) if memory_is_cause else (other.id, memory.id)
-                key = (cause, effect)
-                if key not in edges or edges[key].confidence < confidence:
-                    edges[key] = CausalEdge(
-                        cause_id=cause,
-                        effect_id=effect,
-                        confidence=confidence,
-                        reason=f"offline cue {match.group(0)[:80]!r}",
-                    )
+                if confidence > 0:
+                    add(other, confidence, memory_is_cause, match.group(0))
+    if has_han(body):
+        for pattern, memory_is_cause in (
+            (_EFFECT_OF_ZH_RE, False),
+            (_CONSEQUENCE_ZH_RE, False),
+            (_CAUSE_OF_ZH_RE, True),
+        ):
+            for match in pattern.finditer(body):
+                phrase = _phrase_keys(match.group(1))
+                # A memory that says the same cue (因为…) again restates this one: no cause.
+                fresh = [o for o in others if compact(match.group(0)) not in compact(o.content)]
+                for other, confidence in _best_matches(phrase, fresh):
+                    add(other, confidence, memory_is_cause, match.group(0))
     return CausalBatch(edges=list(edges.values()))
 
 
@@ -468,6 +482,8 @@ def match_start(
     query: str, memories: Sequence[EpisodicMemory], *, limit: int = 3
 ) -> list[EpisodicMemory]:
     """The memories a question is about: most shared entities, then most shared words."""
+    if has_han(query):
+        query = _QUESTION_ZH_RE.sub(" ", query)
     entities = extract_entities(query)
     words = {t for t in content_tokens(query) if t not in _QUESTION_WORDS}
     scored: list[tuple[int, int, str, EpisodicMemory]] = []
@@ -481,6 +497,11 @@ def match_start(
 
 _QUESTION_WORDS = frozenset(
     normalise_token(w) for w in raw_tokens("affect affects affected impact impacts what which")
+)
+# What a Chinese question asks with rather than about: "会影响哪些模块" asks what is
+# affected; the subject before it (认证模块延期) is what the memories must share.
+_QUESTION_ZH_RE = re.compile(
+    r"会不会|会影响|影响到|影响了|影响|波及|牵连|涉及|拖累|有哪些|哪些|哪个|什么|是否|吗|呢|[？?]"
 )
 
 

@@ -16,6 +16,13 @@ compressor and the fallback of a model that answers badly.
   well"), which in a dialogue mostly react rather than inform. Verbatim segments are never
   dropped, so a summary can stay above its budget; the draft records the words it has.
 
+Segment kinds come from cue words (:mod:`pipelines.cognition.kinds`). Chinese is compressed
+by the same rules: 你/您 become the addressee and 他/她 the one person named before; an
+outcome's clauses end at ``，；：`` and each keeps its Han runs without their function words
+and particles, cut where ``pipelines.text.words`` cuts a run into bigrams, so every content
+bigram the quality check looks for survives (negations such as 没有 stay); clauses of one
+turn are joined with ``，``.
+
 What the rules reach is measured by ``memharness bench compression``: on chat data, dropping
 and shortening sentences cannot reach 10:1 without losing facts; the quality check
 (``pipelines.cognition.quality``) then rolls back and retries gentler.
@@ -23,12 +30,14 @@ and shortening sentences cannot reach 10:1 without losing facts; the quality che
 
 from __future__ import annotations
 
+import math
 import re
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from datetime import date
 from typing import NamedTuple
 
+from pipelines.cognition.kinds import classify_segment, strip_reactions
 from pipelines.cognition.protocol import (
     SEGMENT_GLUE,
     VERBATIM_KINDS,
@@ -41,8 +50,8 @@ from pipelines.cognition.protocol import (
     SummaryOutput,
     missing_identifiers,
 )
-from pipelines.cognition.segments import looks_like_debug
-from pipelines.text.dates import RELATIVE_RE, find_dates, resolve_relative_dates
+from pipelines.cognition.segments import looks_like_debug, split_clauses_han
+from pipelines.text.dates import resolve_relative_dates
 from pipelines.text.identifiers import (
     EDGE_PUNCT,
     WORD_SPAN_RE,
@@ -50,66 +59,25 @@ from pipelines.text.identifiers import (
     is_capitalised_name,
 )
 from pipelines.text.words import (
+    CJK_STOPWORDS,
     FILLERS,
+    HAN,
     NEGATIONS,
+    PARTICLES,
     REACTIONS,
     STOPWORDS,
     content_tokens,
     fold,
+    has_han,
     raw_tokens,
     word_count,
 )
 
 _ERROR_LINE_RE = re.compile(r"(?:error|exception|fail|fatal|panic|denied|refused|timeout)", re.I)
 
-_DECISION_RE = re.compile(
-    r"\b(?:decid(?:e|ed|ing)|decision|we(?:'ll|\s+will|\s+shall)\s+(?:use|go\s+with|keep|"
-    r"switch|adopt|drop)|going\s+with|go\s+with|chose|choose|chosen|opt(?:ed)?\s+(?:for|to)|"
-    r"settled\s+on|agreed\s+(?:to|on)|switch(?:ed|ing)?\s+(?:to|from)|picked\s+(?!up\b)|went\s+with|"
-    r"instead\s+of|rather\s+than)\b",
-    re.I,
-)
-_RATIONALE_RE = re.compile(
-    r"\b(?:because|since|so\s+that|as\s+it|given\s+that|due\s+to|in\s+order\s+to|to\s+avoid|"
-    r"which\s+means|the\s+reason)\b",
-    re.I,
-)
-_PREFERENCE_RE = re.compile(
-    r"\b(?:prefer(?:s|red|ence)?|i(?:'d|\s+would)\s+rather|i\s+(?:really\s+)?(?:like|love|"
-    r"enjoy|hate|dislike|adore)|(?:don't|do\s+not|never)\s+(?:like|want)|can't\s+stand|"
-    r"(?:my|our)\s+fav(?:ou)?rite|please\s+(?:always|never|don't|do\s+not|keep|use|avoid)|"
-    r"always\s+(?:use|want|keep)|i\s+want|i'd\s+like)\b",
-    re.I,
-)
-_STATUS_RE = re.compile(
-    r"\b(?:is\s+now|are\s+now|moved\s+to|(?:un)?blocked|completed|finished|shipped|merged|"
-    r"deployed|released|in\s+progress|on\s+hold|delayed|slipp(?:ed|ing)|closed|reopened|"
-    r"status|got\s+(?:a\s+|the\s+)?(?:new\s+)?job|graduated|promoted|retired|quit|launched|"
-    r"signed\s+up|started\s+(?:a|my|the|working|to)|(?:is|are|was)\s+done)\b",
-    re.I,
-)
-_ERROR_RE = re.compile(
-    r"\b(?:error|exception|traceback|stack\s*trace|crash(?:ed|es)?|bug|regression|segfault|"
-    r"panic|oom|out\s+of\s+memory|timed?\s*out|deadlock|race\s+condition|"
-    r"(?:http|status)\s*[45]\d\d|[45]\d\d\s+(?:error|response))\b",
-    re.I,
-)
-_CAUSE_RE = re.compile(
-    r"\b(?:because|caused\s+by|root\s+cause|due\s+to|turned\s+out|the\s+reason|was\s+caused|"
-    r"came\s+from|triggered\s+by)\b",
-    re.I,
-)
 _FIRST_PERSON = frozenset({"i", "me", "my", "mine", "myself", "i'm", "i've", "i'd", "i'll"})
 _SECOND_PERSON = {"you": "", "your": "'s", "yours": "'s", "yourself": ""}
 _THIRD_PERSON = {"he": "", "she": "", "him": "", "her": "", "his": "'s", "hers": "'s"}
-
-
-def _informative(tokens: Iterable[str], names: set[str]) -> list[str]:
-    return [
-        t
-        for t in tokens
-        if t not in STOPWORDS and t not in FILLERS and t not in REACTIONS and t not in names
-    ]
 
 
 class OfflineCompressor:
@@ -139,7 +107,7 @@ def annotate_segment(
     text = segment.text
     party = {p for p in (segment.speaker, segment.addressee) if p}
     identifiers = find_identifiers(text, exclude=party, names=not looks_like_debug(text))
-    names = [w for w in identifiers if is_capitalised_name(w)]
+    names = [w for w in identifiers if is_capitalised_name(w) or _is_han_person(w)]
     entities = sorted(set(names) | ({segment.speaker} if segment.speaker else set()))
     kind, rationale, root_cause = classify_segment(text, party)
     anchor = segment.timestamp.date()
@@ -166,38 +134,14 @@ def annotate_segment(
     )
 
 
-def classify_segment(
-    text: str, party: Iterable[str] = ()
-) -> tuple[SegmentKind, str | None, str | None]:
-    """The kind of a segment by cue words, with the rationale or root cause when there is one."""
-    if looks_like_debug(text) or text.lstrip().startswith("```"):
-        return SegmentKind.DEBUG_OUTPUT, None, None
-    names = {fold(p) for p in party}
-    tokens = raw_tokens(text)
-    informative = _informative(tokens, names)
-    has_ids = bool(find_identifiers(text, exclude=party))
-    error = _ERROR_RE.search(text)
-    cause = _CAUSE_RE.search(text)
-    if error and (cause or has_ids):
-        root = text[cause.end() :].strip(" ,.:;") if cause else None
-        return SegmentKind.ERROR_ROOT_CAUSE, None, root or None
-    if _DECISION_RE.search(text) and informative:
-        reason = _RATIONALE_RE.search(text)
-        rationale = text[reason.start() :].strip(" ,.;") if reason else None
-        return SegmentKind.DECISION_RATIONALE, rationale or None, None
-    if len(informative) < 2 and not has_ids and not _mentions_date(text):
-        return SegmentKind.CHATTER, None, None
-    if text.rstrip().endswith("?") and not has_ids:
-        return SegmentKind.CHATTER, None, None
-    if _PREFERENCE_RE.search(text):
-        return SegmentKind.USER_PREFERENCE, None, None
-    if _STATUS_RE.search(text):
-        return SegmentKind.STATUS_CHANGE, None, None
-    return SegmentKind.OUTCOME, None, None
-
-
-def _mentions_date(text: str) -> bool:
-    return bool(RELATIVE_RE.search(text)) or bool(find_dates(text))
+def _is_han_person(identifier: str) -> bool:
+    """A person among the Chinese identifiers (张工, 王经理, 小李): the others are numbers and
+    dates, which hold digits, and modules or systems, which are four characters or more."""
+    return (
+        has_han(identifier)
+        and len(identifier) <= 3
+        and not any(ch.isdigit() or ch.isspace() for ch in identifier)
+    )
 
 
 def resolve_references(text: str, *, addressee: str | None, third_person: str | None) -> str:
@@ -214,13 +158,63 @@ def resolve_references(text: str, *, addressee: str | None, third_person: str | 
 
     if not addressee and not third_person:
         return text
-    return re.sub(
+    text = re.sub(
         r"\b(?:you|your|yours|yourself|he|she|him|her|his|hers)\b", swap, text, flags=re.I
     )
+    if not has_han(text):
+        return text
+
+    def swap_han(match: re.Match[str]) -> str:
+        if match.group(0) in "你您":
+            return addressee or match.group(0)
+        return third_person or match.group(0)
+
+    return _PRONOUN_ZH_RE.sub(swap_han, text)
+
+
+# Singular pronouns of Chinese: 你/您 the addressee, 他/她 a third person; not inside words
+# (其他 "other", 吉他 "guitar", 他人 "others") and not plural (你们, 他们).
+_PRONOUN_ZH_RE = re.compile(r"(?<![其吉])[他她](?![们人])|[你您](?!们)")
+
+# What a telegraphic Chinese outcome cuts out of a Han run: the function words and particles
+# at which ``pipelines.text.words`` cuts a run into bigrams (so every content bigram of the
+# original survives), except the negations, which carry the meaning ("没有报错").
+_HAN_FUNCTION_RE = re.compile(
+    "|".join(
+        sorted(
+            (w for w in CJK_STOPWORDS if len(w) > 1 and w not in {"没有", "不是", "有没"}),
+            key=len,
+            reverse=True,
+        )
+    )
+    + f"|[{''.join(sorted(PARTICLES))}是在和与及或把被给]"
+)
+_HAN_OR_REST_RE = re.compile(f"([{HAN}]+)")
+_CJK_PUNCT_RE = re.compile(r"[，、；：“”‘’（）《》【】「」『』…—·～。！？]")
 
 
 def telegraphic(text: str, speaker: str | None = None) -> str:
-    """Content words, negations, numbers, dates and identifiers, in order; the rest goes."""
+    """Content words, negations, numbers, dates and identifiers, in order; the rest goes.
+
+    In Chinese: each Han run without its function words and particles, its pieces kept in
+    order; the words between the runs as in English.
+    """
+    if not has_han(text):
+        return _telegraphic_words(text, speaker)
+    kept: list[str] = []
+    for i, part in enumerate(_HAN_OR_REST_RE.split(text)):
+        if i % 2:
+            if speaker and part == speaker:
+                continue
+            kept += [p for p in _HAN_FUNCTION_RE.split(part) if p]
+        else:
+            words = _telegraphic_words(_CJK_PUNCT_RE.sub(" ", part), speaker)
+            if words:
+                kept.append(words)
+    return " ".join(kept)
+
+
+def _telegraphic_words(text: str, speaker: str | None) -> str:
     kept: list[str] = []
     for raw in WORD_SPAN_RE.findall(text):
         word = raw.strip(EDGE_PUNCT) if not raw.startswith("`") else raw
@@ -277,7 +271,9 @@ def _render_units(
     if kind is SegmentKind.DEBUG_OUTPUT:
         return [_Unit(segment, annotation, 0, _compress_debug(segment.text))]
     units: list[_Unit] = []
-    for clause in _CLAUSE_SPLIT_RE.split(annotation.resolved):
+    resolved = annotation.resolved
+    clauses = split_clauses_han(resolved) if has_han(resolved) else _CLAUSE_SPLIT_RE.split(resolved)
+    for clause in clauses:
         text = telegraphic(clause, segment.speaker)
         if text:
             units.append(_Unit(segment, annotation, len(units), text))
@@ -325,7 +321,9 @@ def _drop_for_budget(units: Sequence[_Unit], target_words: int) -> set[tuple[int
             continue
         tokens = set(content_tokens(unit.text))
         # Words nobody else says weigh 1, shared ones less; identifiers weigh double.
-        novelty = sum(1.0 / counts[t] for t in tokens)
+        # fsum: exact, so the order a set yields its tokens in (per process) cannot change
+        # a tie between two units' values, and the summary is the same in every process.
+        novelty = math.fsum(1.0 / counts[t] for t in tokens)
         novelty += sum(1.0 for i in unit.annotation.identifiers if fold(i) in fold(unit.text))
         size = max(1, word_count(unit.text))
         value = novelty * salience(unit.segment) / size
@@ -351,6 +349,11 @@ _WISH_RE = re.compile(
 )
 
 
+_FIRST_PERSON_ZH_RE = re.compile(r"我|咱们")
+_SECOND_PERSON_ZH_RE = re.compile(r"[你您]")
+_WISH_ZH_RE = re.compile(r"希望你|祝|加油|期待|等不及|听起来|一定很")
+
+
 def salience(segment: Segment) -> float:
     """How much a sentence tells about the world rather than reacts to the conversation.
 
@@ -359,16 +362,17 @@ def salience(segment: Segment) -> float:
     well") mostly react to what was just said. Used only to order drops under a budget.
     """
     text = segment.text
+    han = has_han(text)
     weight = 1.0
-    first = bool(_FIRST_PERSON_RE.search(text))
-    second = bool(_SECOND_PERSON_RE.search(text))
+    first = bool(_FIRST_PERSON_RE.search(text) or (han and _FIRST_PERSON_ZH_RE.search(text)))
+    second = bool(_SECOND_PERSON_RE.search(text) or (han and _SECOND_PERSON_ZH_RE.search(text)))
     if first:
         weight *= 1.5
     elif second:
         weight *= 0.5
-    if _WISH_RE.search(text):
+    if _WISH_RE.search(text) or (han and _WISH_ZH_RE.search(text)):
         weight *= 0.5
-    tokens = raw_tokens(text)
+    tokens = raw_tokens(strip_reactions(text)) if han else raw_tokens(text)
     reactions = sum(1 for t in tokens if t in REACTIONS)
     content = sum(1 for t in tokens if t not in STOPWORDS and t not in FILLERS)
     if content and reactions * 2 >= content:
@@ -392,7 +396,8 @@ def _layout(units: Sequence[_Unit]) -> str:
         current_day = day
         key = (segment.memory_id, segment.speaker)
         if key == current_key:
-            glue = ", " if segment.index == current_segment else SEGMENT_GLUE
+            clause_glue = "，" if has_han(unit.text) else ", "
+            glue = clause_glue if segment.index == current_segment else SEGMENT_GLUE
             lines[-1] = f"{lines[-1]}{glue}{unit.text}"
         else:
             lines.append(f"{segment.speaker}: {unit.text}" if segment.speaker else unit.text)

@@ -26,13 +26,14 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from pipelines.answers import parse_json
 from pipelines.errors import MalformedLLMOutput
 from pipelines.records import EpisodicMemory, Level
 from pipelines.text.words import (
     fold,
+    has_han,
     normalise_token,
     raw_tokens,
     word_count,
@@ -58,6 +59,19 @@ VERBATIM_KINDS: frozenset[SegmentKind] = frozenset(
         SegmentKind.ERROR_ROOT_CAUSE,
     }
 )
+
+
+# The kinds as a model that answers in the memories' language may label them (the Chinese
+# labels project notes use: 决策记录, 状态变更, 用户偏好, 错误 ...), read as the kinds above.
+KIND_LABELS_ZH: dict[str, SegmentKind] = {
+    **dict.fromkeys(("决策记录", "决策", "决定", "决策理由"), SegmentKind.DECISION_RATIONALE),
+    **dict.fromkeys(("结果", "产出", "成果"), SegmentKind.OUTCOME),
+    **dict.fromkeys(("用户偏好", "偏好"), SegmentKind.USER_PREFERENCE),
+    **dict.fromkeys(("状态变更", "状态"), SegmentKind.STATUS_CHANGE),
+    **dict.fromkeys(("错误", "错误根因", "报错", "根因"), SegmentKind.ERROR_ROOT_CAUSE),
+    **dict.fromkeys(("调试输出", "日志"), SegmentKind.DEBUG_OUTPUT),
+    **dict.fromkeys(("闲聊", "寒暄"), SegmentKind.CHATTER),
+}
 
 
 class SourceMemory(BaseModel):
@@ -124,6 +138,14 @@ class SegmentAnnotation(BaseModel):
     )
     rationale: str | None = Field(None, description="For a decision: its reason, verbatim.")
     root_cause: str | None = Field(None, description="For an error: its root cause, verbatim.")
+
+    @field_validator("kind", mode="before")
+    @classmethod
+    def _kind_label(cls, value: object) -> object:
+        """A kind given as its Chinese label (状态变更) is that kind."""
+        if isinstance(value, str):
+            return KIND_LABELS_ZH.get(value.strip(), value)
+        return value
 
 
 class AnnotationBatch(BaseModel):
@@ -194,6 +216,13 @@ SEGMENT_GLUE = " | "
 _BRACKETED_RE = re.compile(r" \[[^\]\n]*\]")
 
 
+def without_insertions(text: str) -> str:
+    """The text without its bracketed insertions (a resolved date after "yesterday"): what
+    was written. In Chinese an insertion splits a run ("271 周后 [2029-05-07]停止"), so the
+    words around it are only whole again without it."""
+    return _BRACKETED_RE.sub("", text)
+
+
 def _norm_ws(text: str) -> str:
     return " ".join(fold(text).split())
 
@@ -205,7 +234,7 @@ def check_summary(output: SummaryOutput, request: CompressRequest) -> SummaryOut
     losing one is common and the repair is exact.
     """
     # Bracketed insertions (a resolved date after "yesterday") are not rewording.
-    text = _norm_ws(_BRACKETED_RE.sub("", output.text))
+    text = _norm_ws(without_insertions(output.text))
     segments = {s.index: s for s in request.segments}
     for annotation in request.annotations:
         if annotation.kind in VERBATIM_KINDS:
@@ -221,8 +250,16 @@ def check_summary(output: SummaryOutput, request: CompressRequest) -> SummaryOut
     return output
 
 
+def compact(text: str) -> str:
+    """Folded, without whitespace: how an identifier with Chinese in it is looked for.
+    Chinese puts no space between words, so "30 天" is in "每30天轮换" and in "每 30 天轮换"
+    alike, while its last character is part of a bigram (天轮) and no token of its own."""
+    return "".join(fold(text).split())
+
+
 def missing_identifiers(text: str, annotations: Iterable[SegmentAnnotation]) -> list[str]:
     present = set(raw_tokens(text)) | {normalise_token(t) for t in raw_tokens(text)}
+    compacted = compact(text)
     missing: list[str] = []
     seen: set[str] = set()
     for annotation in annotations:
@@ -233,6 +270,10 @@ def missing_identifiers(text: str, annotations: Iterable[SegmentAnnotation]) -> 
             if key in seen:
                 continue
             seen.add(key)
+            if has_han(identifier):
+                if compact(identifier) not in compacted:
+                    missing.append(identifier)
+                continue
             parts = raw_tokens(identifier)
             if parts and not all(p in present or normalise_token(p) in present for p in parts):
                 missing.append(identifier)

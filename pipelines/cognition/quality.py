@@ -19,6 +19,12 @@ words and identifiers, stopwords dropped, number words made digits ("three" → 
   question) is recoverable when every identifier it holds (numbers, paths, names) is in the
   summary, at least 60 % of its other content words are, and every date it states (relative
   dates resolved against the memory's timestamp) falls inside a date the summary states.
+* Chinese is compared the same way, its words being the character bigrams of
+  ``pipelines.text.words`` (a statement's speakers and its clauses of pure reaction, such as
+  收到，谢谢, are no words of it); an identifier with Chinese in it (李工, 30 天, 支付模块) is
+  looked for as text, spacing aside, since its last character may be part of a bigram in
+  the summary (每30天轮换); and a bracketed insertion (a resolved date) inside a Han run is
+  read away, as the protocol reads it when it checks verbatim segments.
 * A **rationale** survived when all its content words are in the summary.
 * A **gold answer** (the benchmarks) is recoverable when all its content words (minus
   hedges such as "around", "likely") are in the texts, and each date it names contains some
@@ -40,10 +46,16 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict, Field
 
 from pipelines.cognition.compress import SummaryDraft, compress_group
+from pipelines.cognition.kinds import classify_segment, strip_reactions
 from pipelines.cognition.levels import DEFAULT_LEVELS, LevelPolicy
-from pipelines.cognition.offline_compress import classify_segment
-from pipelines.cognition.protocol import CompressionLLM, SegmentKind, SourceMemory
-from pipelines.cognition.segments import segment_sources
+from pipelines.cognition.protocol import (
+    CompressionLLM,
+    SegmentKind,
+    SourceMemory,
+    compact,
+    without_insertions,
+)
+from pipelines.cognition.segments import is_question, segment_sources
 from pipelines.records import Level
 from pipelines.text.dates import DateSpan, find_dates
 from pipelines.text.identifiers import find_identifiers
@@ -53,6 +65,7 @@ from pipelines.text.words import (
     STOPWORDS,
     content_tokens,
     fold,
+    has_han,
     normalise_token,
     raw_tokens,
     words,
@@ -94,15 +107,27 @@ class TextIndex:
     def __init__(self, texts: Iterable[DatedText]) -> None:
         self.tokens: set[str] = set()
         self.spans: list[DateSpan] = []
+        compacted: list[str] = []
         for item in texts:
-            for token in raw_tokens(item.text):
-                self.tokens.add(normalise_token(token))
+            written = [item.text]
+            if has_han(item.text):
+                written.append(without_insertions(item.text))
+            for text in written:
+                compacted.append(compact(text))
+                for token in raw_tokens(text):
+                    self.tokens.add(normalise_token(token))
             self.spans.extend(span for _, _, span in find_dates(item.text, item.anchor))
             if item.anchor is not None:
                 self.spans.append(DateSpan(item.anchor, item.anchor))
 
+        self.compact = "\n".join(compacted)
+
     def has_token(self, token: str) -> bool:
         return token in self.tokens
+
+    def has_phrase(self, phrase: str) -> bool:
+        """An identifier with Chinese in it, as text (see ``protocol.compact``)."""
+        return compact(phrase) in self.compact
 
     def has_date_within(self, gold: DateSpan) -> bool:
         return any(span.within(gold) for span in self.spans)
@@ -153,6 +178,8 @@ class Statement(BaseModel):
     identifiers: tuple[str, ...]
     words: tuple[str, ...]
     dates: tuple[DateSpan, ...]
+    # Identifiers with Chinese in them (李工, 30 天, 支付模块), looked for as text.
+    phrases: tuple[str, ...] = ()
 
 
 class StatementCheck(BaseModel):
@@ -164,11 +191,11 @@ class StatementCheck(BaseModel):
 
 
 def _statement(memory_id: uuid.UUID, text: str, anchor: date, party: set[str]) -> Statement:
+    found = find_identifiers(text, exclude=party)
+    phrases = tuple(dict.fromkeys(i for i in found if has_han(i)))
     identifiers = tuple(
         dict.fromkeys(
-            normalise_token(t)
-            for ident in find_identifiers(text, exclude=party)
-            for t in raw_tokens(ident)
+            normalise_token(t) for ident in found if not has_han(ident) for t in raw_tokens(ident)
         )
     )
     names = {fold(p) for p in party}
@@ -176,6 +203,12 @@ def _statement(memory_id: uuid.UUID, text: str, anchor: date, party: set[str]) -
     undated = text
     for start, end, _ in sorted(dates, reverse=True):
         undated = undated[:start] + " " + undated[end:]
+    if has_han(text):
+        # Chinese names its speakers by their bigrams, and reacts in whole clauses (收到，谢谢);
+        # what the Chinese identifiers say is checked as text.
+        names |= {t for p in party if has_han(p) for t in raw_tokens(p)}
+        names |= {normalise_token(t) for p in phrases for t in raw_tokens(p)}
+        undated = strip_reactions(undated)
     words = tuple(
         dict.fromkeys(
             normalise_token(t)
@@ -194,6 +227,7 @@ def _statement(memory_id: uuid.UUID, text: str, anchor: date, party: set[str]) -
         identifiers=identifiers,
         words=tuple(w for w in words if w not in identifiers),
         dates=tuple(span for _, _, span in dates),
+        phrases=phrases,
     )
 
 
@@ -205,10 +239,10 @@ def factual_statements(sources: Sequence[SourceMemory]) -> list[Statement]:
         kind, _, _ = classify_segment(segment.text, party)
         if kind in (SegmentKind.CHATTER, SegmentKind.DEBUG_OUTPUT):
             continue
-        if segment.text.rstrip().endswith("?"):
+        if is_question(segment.text):
             continue
         statement = _statement(segment.memory_id, segment.text, segment.timestamp.date(), party)
-        if statement.identifiers or len(statement.words) >= 2:
+        if statement.identifiers or statement.phrases or len(statement.words) >= 2:
             statements.append(statement)
     return statements
 
@@ -227,6 +261,7 @@ def sample_statements(
 
 def check_statement(statement: Statement, index: TextIndex) -> StatementCheck:
     missing = [i for i in statement.identifiers if not index.has_token(i)]
+    missing += [p for p in statement.phrases if not index.has_phrase(p)]
     missing_words = [w for w in statement.words if not index.has_token(w)]
     kept = len(statement.words) - len(missing_words)
     words_ok = not statement.words or kept >= STATEMENT_TOKEN_RECALL * len(statement.words)

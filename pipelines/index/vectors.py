@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 class Embedder(Protocol):
     @property
     def version(self) -> str:
-        """Model and size, e.g. ``hashing-v1/384``: scores never mix two versions."""
+        """Model and size, e.g. ``hashing-v2/384``: scores never mix two versions."""
         ...
 
     @property

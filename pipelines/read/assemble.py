@@ -4,7 +4,14 @@
 focus, split the budget into partitions, retrieve, and fill each partition within its own
 budget. A partition that overflows compresses its lowest-scored items first (a memory's
 higher-level version replaces its original: L0 → L1 → L2 ...), then evicts the lowest-scored
-ones (``pipelines.read.budget.eviction_score``). Nothing is ever cut across partitions.
+ones (``pipelines.read.budget.eviction_score``). Nothing is ever cut across partitions. A
+budget below the layout's total is laid out with the layout scaled to it
+(``pipelines.read.budget.fit_layout``).
+
+The retrieved-memory partition holds the episodes and the tenant's semantic knowledge in one
+ranking (their priority): a knowledge line says so in its text (``[knowledge: preference,
+confidence 0.86, when: ...]``) and in its item (``PlacedItem.knowledge``), so an agent and a
+trace tell it from an episode.
 
 Every count reported is the real tokenizer's count of the rendered text: BPE may merge
 across the joins between lines and partitions, so the rendered text is counted again as a
@@ -32,6 +39,7 @@ from pipelines.read.budget import (
     allocate_budgets,
     density_of,
     eviction_score,
+    fit_layout,
 )
 from pipelines.read.config import DEFAULT_CONFIG, RetrievalConfig
 from pipelines.read.focus import (
@@ -42,7 +50,7 @@ from pipelines.read.focus import (
 from pipelines.read.recall import Candidate, Recallers, RecallScope, start_recall
 from pipelines.read.request import ContextRequest
 from pipelines.read.rerank import RerankLLM, term_set
-from pipelines.read.retrieve import RetrievalResult, retrieve
+from pipelines.read.retrieve import KnowledgeCandidate, RetrievalResult, retrieve
 from pipelines.read.rewrite import RewriteLLM, rewrite_query
 from pipelines.read.tokens import (
     TokenCounter,
@@ -70,8 +78,21 @@ TITLES: dict[Partition, str] = {
 }
 
 
+class KnowledgeMark(BaseModel):
+    """What makes an item semantic knowledge rather than an episode: its kind, how sure
+    consolidation is of it, when it applies, and whether it awaits confirmation."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: str | None = None
+    confidence: float = Field(ge=0.0, le=1.0)
+    conditions: str | None = None
+    status: str = "active"
+
+
 class ContextItem(BaseModel):
-    """One entry of a partition. ``versions`` are compressed forms, least compressed first."""
+    """One entry of a partition. ``versions`` are compressed forms, least compressed first;
+    ``knowledge`` marks a semantic memory."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -83,6 +104,7 @@ class ContextItem(BaseModel):
     relevance: float | None = Field(None, ge=0.0, le=1.0)
     versions: tuple[str, ...] = ()
     must_keep: bool = False
+    knowledge: KnowledgeMark | None = None
 
     def line(self, version: int) -> str:
         text = self.text if version == 0 else self.versions[version - 1]
@@ -96,6 +118,7 @@ class PlacedItem(BaseModel):
     version: int  # 0 the original, n the n-th compressed version
     truncated: bool = False
     tokens: int
+    knowledge: KnowledgeMark | None = None  # set on semantic knowledge, None on the rest
 
 
 class PartitionContent(BaseModel):
@@ -238,7 +261,13 @@ def fit_partition(
         order = order or _eviction_order(items, now, focus_terms)
         kept[next(i for i in order if kept[i])] = False
     placed = tuple(
-        PlacedItem(id=items[i].id, version=version[i], truncated=truncated[i], tokens=costs[i])
+        PlacedItem(
+            id=items[i].id,
+            version=version[i],
+            truncated=truncated[i],
+            tokens=costs[i],
+            knowledge=items[i].knowledge,
+        )
         for i in range(len(items))
         if kept[i]
     )
@@ -291,13 +320,50 @@ class AssembledContext(BaseModel):
         return next(p for p in self.partitions if p.name is name)
 
 
-def memory_items(candidates: Sequence[Candidate]) -> list[ContextItem]:
-    """Retrieved memories as items, in priority order, with their compressed versions."""
-    items = []
+# Knowledge items' ids: apart from the memories' (an access bump counts memories only).
+KNOWLEDGE_ID_PREFIX = "knowledge:"
+
+
+def knowledge_prefix(mark: KnowledgeMark) -> str:
+    """``[knowledge: preference, confidence 0.86, when: for reviews] ``: what the line is,
+    how sure, and when it applies, before the statement."""
+    parts = [mark.kind or "fact", f"confidence {mark.confidence:.2f}"]
+    if mark.status != "active":
+        parts.append("unconfirmed")  # it contradicts what was known: stored, not trusted yet
+    if mark.conditions:
+        parts.append(f"when: {' '.join(mark.conditions.split())}")
+    return f"[knowledge: {', '.join(parts)}] "
+
+
+def knowledge_item(candidate: KnowledgeCandidate) -> ContextItem:
+    view = candidate.knowledge
+    mark = KnowledgeMark(
+        kind=view.kind,
+        confidence=view.confidence,
+        conditions=view.conditions,
+        status=view.status,
+    )
+    return ContextItem(
+        id=f"{KNOWLEDGE_ID_PREFIX}{view.id}",
+        text=view.content,
+        prefix=knowledge_prefix(mark),
+        timestamp=view.updated_at,
+        type=view.type,
+        relevance=candidate.relevance,
+        knowledge=mark,
+    )
+
+
+def memory_items(
+    candidates: Sequence[Candidate], knowledge: Sequence[KnowledgeCandidate] = ()
+) -> list[ContextItem]:
+    """Retrieved memories as items, in priority order, with their compressed versions; the
+    knowledge merged in by its priority (each list keeps its order; a tie: the episode)."""
+    episodes = []
     for candidate in candidates:
         memory = candidate.memory
         versions = tuple(v.content for v in sorted(memory.versions, key=lambda v: v.level))
-        items.append(
+        episodes.append(
             ContextItem(
                 id=memory.id,
                 text=memory.content,
@@ -308,7 +374,14 @@ def memory_items(candidates: Sequence[Candidate]) -> list[ContextItem]:
                 versions=versions,
             )
         )
-    return items
+    items: list[ContextItem] = []
+    next_episode = 0
+    for known in knowledge:
+        while next_episode < len(episodes) and candidates[next_episode].priority >= known.priority:
+            items.append(episodes[next_episode])
+            next_episode += 1
+        items.append(knowledge_item(known))
+    return items + episodes[next_episode:]
 
 
 def window_items(summaries: Sequence[TurnSummary], turns: Sequence[Turn]) -> list[ContextItem]:
@@ -366,7 +439,11 @@ def assemble_context(
     retrieval: RetrievalResult | None = None,
     layout: PartitionLayout = DEFAULT_LAYOUT,
 ) -> AssembledContext:
-    """Fill every partition within its budget; the whole never exceeds the request's."""
+    """Fill every partition within its budget; the whole never exceeds the request's.
+
+    ``layout`` is the one the budget is laid out with, as it is: ``build_context`` passes
+    ``fit_layout(layout, budget)``, the configured layout scaled to a budget below its total.
+    """
     budgets = allocate_budgets(layout, request.budget_tokens, focus.partition_shifts())
     system_text = _render(Partition.SYSTEM, [sources.system]) if sources.system.strip() else ""
     system_tokens = counter.count(system_text) if system_text else 0
@@ -379,9 +456,10 @@ def assemble_context(
         )
     terms = focus.terms
     candidates = retrieval.candidates if retrieval is not None else ()
+    knowledge = retrieval.knowledge if retrieval is not None else ()
     plan_items: dict[Partition, list[ContextItem]] = {
         Partition.TASK_CONTEXT: list(sources.task_context),
-        Partition.RETRIEVED_MEMORY: memory_items(candidates),
+        Partition.RETRIEVED_MEMORY: memory_items(candidates, knowledge),
         Partition.RECENT_INTERACTIONS: window_items(sources.summaries, sources.turns),
         Partition.WORKING_VARIABLES: variable_items(sources.variables),
         Partition.SCRATCH: list(sources.scratch),
@@ -452,7 +530,9 @@ def build_context(
     ``focus``, when given, is the request's directive already decided by the caller (with
     ``focus_llm``): it is not asked again. ``sources`` may be a call that gathers them: it
     is made once the literal query's recalls are on their way, so that the store searches
-    while the caller reads its own stores (the working-memory window)."""
+    while the caller reads its own stores (the working-memory window). ``layout`` is the
+    configured one: a budget below its total gets it scaled (``fit_layout``)."""
+    layout = fit_layout(layout, request.budget_tokens)
     if focus is None:
         focus = decide_focus(request.query, phase=request.phase, focus=request.focus, llm=focus_llm)
     if rewrite_llm is None:
@@ -494,4 +574,5 @@ def budgets_for(
     request: ContextRequest, focus: FocusDirective, layout: PartitionLayout = DEFAULT_LAYOUT
 ) -> Mapping[Partition, int]:
     """The partition budgets a request would get (for stats and the CLI)."""
-    return allocate_budgets(layout, request.budget_tokens, focus.partition_shifts())
+    fitted = fit_layout(layout, request.budget_tokens)
+    return allocate_budgets(fitted, request.budget_tokens, focus.partition_shifts())

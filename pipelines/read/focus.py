@@ -22,6 +22,7 @@ from pipelines.read.budget import Partition
 from pipelines.read.rewrite import extract_keywords
 from pipelines.records import TaskPhase
 from pipelines.text.identifiers import count_identifiers
+from pipelines.text.words import HAN, has_han
 
 FOCUS_HINT_MAX_CHARS = 2_000
 
@@ -142,50 +143,90 @@ _MONTHS = (
     r"jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|"
     r"sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?"
 )
-_CUES: dict[InfoKind, re.Pattern[str]] = {
-    InfoKind.DECISIONS: re.compile(
+# Cue words of each kind, in English (word-bounded) and in Chinese (no spaces, so none).
+_CUES_EN: dict[InfoKind, str] = {
+    InfoKind.DECISIONS: (
         r"\b(decid\w*|decision\w*|chose|choose|choice|why did (?:we|you|i)|agreed|plan(?:ned|s)?"
-        r"|approach|trade-?offs?|should (?:we|i)|rationale|go with|settled)\b|决定|方案",
-        re.I,
+        r"|approach|trade-?offs?|should (?:we|i)|rationale|go with|settled)\b"
     ),
-    InfoKind.PREFERENCES: re.compile(
+    InfoKind.PREFERENCES: (
         r"\b(prefer\w*|favou?rite|like[sd]?|love[sd]?|enjoy\w*|hate[sd]?|dislike[sd]?|"
-        r"style|want(?:s|ed)?|interest(?:s|ed)?|hobb(?:y|ies)|taste)\b|喜欢|偏好",
-        re.I,
+        r"style|want(?:s|ed)?|interest(?:s|ed)?|hobb(?:y|ies)|taste)\b"
     ),
-    InfoKind.STATE: re.compile(
+    InfoKind.STATE: (
         r"\b(status|progress|current(?:ly)?|state|blocked|done|finished|complete[d]?|pending|"
-        r"remaining|left to do|where are we|so far|still)\b|进度|状态",
-        re.I,
+        r"remaining|left to do|where are we|so far|still)\b"
     ),
-    InfoKind.IDENTIFIERS: re.compile(
+    InfoKind.IDENTIFIERS: (
         r"\b(file|path|director(?:y|ies)|config\w*|setting|key|id|name[sd]?|version|port|url|"
-        r"endpoint|command|variable|flag|table|column|branch|commit|number)\b",
-        re.I,
+        r"endpoint|command|variable|flag|table|column|branch|commit|number)\b"
     ),
-    InfoKind.TEMPORAL: re.compile(
+    InfoKind.TEMPORAL: (
         r"\b(when|what (?:date|day|time|year|month)|how long|since|until|before|after|"
         r"ago|date[sd]?|year|month|week(?:end)?|day|during|first time|"
-        rf"(?:{_MONTHS})|19\d\d|20\d\d)\b|什么时候|何时",
-        re.I,
+        rf"(?:{_MONTHS})|19\d\d|20\d\d)\b"
     ),
-    InfoKind.RECENT_ACTIVITY: re.compile(
+    InfoKind.RECENT_ACTIVITY: (
         r"\b(just|latest|recent(?:ly)?|last (?:step|turn|message|run|time|few)|previous(?:ly)?|"
         r"earlier(?: today)?|today|this (?:morning|session)|a moment ago|what (?:did|have) "
-        r"(?:we|i|you) (?:just )?(?:do|done|try|tried))\b|刚才|最近",
-        re.I,
+        r"(?:we|i|you) (?:just )?(?:do|done|try|tried))\b"
     ),
-    InfoKind.ERRORS: re.compile(
+    InfoKind.ERRORS: (
         r"\b(errors?|exceptions?|fail\w*|bugs?|traceback|crash\w*|broken|fix\w*|issues?|"
-        r"wrong|timeout|stack ?trace|debug\w*)\b|报错|错误",
-        re.I,
+        r"wrong|timeout|stack ?trace|debug\w*)\b"
     ),
-    InfoKind.PROCEDURES: re.compile(
+    InfoKind.PROCEDURES: (
         r"\b(how (?:to|do|can|should)|steps?|procedure|instructions?|install\w*|set ?up|"
-        r"configure|run|deploy\w*|recipe|process)\b|如何|怎么",
-        re.I,
+        r"configure|run|deploy\w*|recipe|process)\b"
     ),
 }
+# The same kinds in Chinese. 原因 and 理由 ask why something was decided (a failure's cause
+# also counts as an error by its 失败/报错); 要求 and 希望 say what someone wants, like "want";
+# 怎么样 asks how things stand and 怎么回事 what went wrong, so neither is a procedure.
+_CUES_ZH: dict[InfoKind, str] = {
+    InfoKind.DECISIONS: (
+        r"决定|决策|定下|敲定|选定|选择|选用|采用|方案|理由|原因|权衡|取舍|商定|拍板|"
+        r"为什么(?:选|用|要|改|定|采用)|为何(?:选|用|要|改|定)"
+    ),
+    InfoKind.PREFERENCES: (
+        r"喜欢|偏好|偏爱|更愿意|倾向|习惯|风格|格式|口味|爱好|兴趣|讨厌|希望|想要|要求"
+    ),
+    InfoKind.STATE: (
+        r"进度|进展|状态|现状|目前|当前|完成|做完|搞定|阻塞|卡住|卡在|待办|剩下|剩余|还差|"
+        r"到哪|进行到|还在|仍然|怎么样"
+    ),
+    InfoKind.IDENTIFIERS: (
+        r"文件|路径|目录|配置|设置|编号|名称|名字|版本|端口|地址|网址|链接|接口|命令|变量|参数|"
+        r"数据表|表名|字段|列名|分支|提交|号码|工单号"
+    ),
+    InfoKind.TEMPORAL: (
+        r"什么时候|何时|哪天|哪一天|几号|几点|几月|日期|多久|多长时间|以来|直到|之前|之后|以前|"
+        r"以后|期间|第一次|首次|截止|上周|下周|本周|这周|昨天|前天|去年|上个月|下个月|"
+        r"星期[一二三四五六日天]|周[一二三四五六日末]|\d+\s*[年月日号]"
+    ),
+    InfoKind.RECENT_ACTIVITY: (
+        r"刚才|刚刚|最近|最新|上一步|上一轮|上一次|上次|今天|今早|这次会话|本次会话|"
+        r"(?:做|试|尝试)了什么"
+    ),
+    InfoKind.ERRORS: (
+        r"错误|报错|出错|失败|异常|故障|崩溃|缺陷|修复|修好|超时|堆栈|调试|排查|坏了|挂了|宕机|"
+        r"不稳定|问题|怎么回事"
+    ),
+    InfoKind.PROCEDURES: (
+        r"如何|怎么(?!样|回事)|怎样|步骤|流程|操作|说明|教程|安装|部署|搭建|配置|运行|执行|上线|发布"
+    ),
+}
+_CUES: dict[InfoKind, re.Pattern[str]] = {
+    kind: re.compile(f"{_CUES_EN[kind]}|{_CUES_ZH[kind]}", re.I) for kind in _CUES_EN
+}
+_HAN_RUN_RE = re.compile(f"[{HAN}]+")
+
+
+def _cue_text(text: str) -> str:
+    """``text`` with its Han runs set apart by spaces: an English word or an identifier
+    touching one ("deploy失败", "PAY-3已完成") is word-bounded as it would be in English."""
+    return _HAN_RUN_RE.sub(r" \g<0> ", text) if has_han(text) else text
+
 
 # What a phase needs before any cue is read. FACTS needs no prior: its floor is below. A
 # prior outweighs the floor so that a neutral question follows the phase, and a single cue
@@ -309,9 +350,10 @@ def offline_focus(
     for text, factor in ((query, 1.0), (hint or "", 1.5)):
         if not text:
             continue
+        spaced = _cue_text(text)
         for kind, pattern in _CUES.items():
-            raw[kind] += factor * min(2, len(pattern.findall(text)))
-        if count_identifiers(text):
+            raw[kind] += factor * min(2, len(pattern.findall(spaced)))
+        if count_identifiers(spaced):
             raw[InfoKind.IDENTIFIERS] += factor * 0.5
     for kind, prior in (_PHASE_PRIORS.get(phase, {}) if phase else {}).items():
         raw[kind] += prior

@@ -5,6 +5,11 @@ the request's scope (tenant and task, never filtered afterwards); weighted recip
 fusion merges the lists, and the candidates' rows are read once, deduplicated by id and by
 normalised content. The recallers and the store are ports (:class:`Recallers`): a worker binds
 them to the vector index and PostgreSQL, the benchmark to in-process indexes.
+
+Beside the episodes, the tenant's semantic knowledge (what consolidation made of them) is
+recalled by a text match of the query's terms (:class:`KnowledgeRecaller`,
+``knowledge_needles``): its rows are few, so they are matched loosely in the store and
+weighed with the episodes afterwards (``pipelines.read.retrieve.rank_knowledge``).
 """
 
 from __future__ import annotations
@@ -25,7 +30,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from pipelines.read.config import DEFAULT_CONFIG, RRF_K, RetrievalConfig
 from pipelines.read.rewrite import VARIANT_WEIGHTS, QueryVariants
 from pipelines.records import Level, MemoryType
+from pipelines.text.analyzer import analyze
 from pipelines.text.memo import memo_texts
+from pipelines.text.words import content_tokens, has_han
 
 
 class MemoryVersion(BaseModel):
@@ -121,15 +128,122 @@ class MemoryStore(Protocol):
     def fetch(self, ids: Sequence[str], scope: RecallScope) -> list[MemoryView]: ...
 
 
+# -- semantic knowledge ----------------------------------------------------------------------
+
+# How a kind of knowledge counts where the read path weighs a memory by its type (density in
+# a partition, the importance weight of the priority): a preference is one; a convention is a
+# standing decision; a mistake is a lesson learned from an outcome; a pattern says what to do.
+KNOWLEDGE_TYPES: dict[str, MemoryType] = {
+    "preference": MemoryType.PREFERENCE,
+    "convention": MemoryType.DECISION,
+    "mistake": MemoryType.FEEDBACK,
+    "pattern": MemoryType.ACTION,
+}
+
+
+class KnowledgeView(BaseModel):
+    """A live semantic memory: knowledge consolidated from episodes, with how sure the
+    consolidation is of it (``confidence``), when it applies (``conditions``), the episodes
+    it came from and its status (``active``, or ``needs_confirmation`` when it contradicts
+    what was known)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    kind: str | None = None
+    content: str = Field(min_length=1)
+    confidence: float = Field(ge=0.0, le=1.0)
+    conditions: str | None = None
+    scope: str = "tenant"
+    status: str = "active"
+    sources: tuple[str, ...] = ()  # the ids of the episodes it was consolidated from
+    updated_at: datetime
+
+    @property
+    def type(self) -> MemoryType | None:
+        return KNOWLEDGE_TYPES.get(self.kind or "")
+
+    def match_text(self) -> str:
+        """What a query is matched against: the statement and when it applies."""
+        return f"{self.content}\n{self.conditions}" if self.conditions else self.content
+
+
+@runtime_checkable
+class KnowledgeRecaller(Protocol):
+    def search_knowledge(self, text: str, scope: RecallScope, limit: int) -> list[KnowledgeView]:
+        """The tenant's live semantic memories whose content or conditions hold one of
+        ``knowledge_needles(text)`` (case-insensitively), at most ``limit``, the most
+        confident first. The task is not a scope of knowledge: it was consolidated across
+        the tenant's tasks."""
+        ...
+
+
+@memo_texts(maxsize=4_096)
+def knowledge_terms(text: str) -> tuple[str, ...]:
+    """The query's side of the knowledge match: the analyzer's terms of ``text``, each once,
+    in order (the terms the keyword recall and the local reranker use), without the Han
+    bigrams that straddle a function word or are one (``报应`` and ``什么`` of
+    ``周报应该用什么格式``): ``pipelines.text.words`` cuts its bigrams there."""
+    terms = tuple(dict.fromkeys(analyze(text)))
+    if not has_han(text):
+        return terms
+    kept = set(content_tokens(text))
+    terms = tuple(term for term in terms if not has_han(term) or term in kept)
+    # A lone Han character (用 between 应该 and 什么) is in half the knowledge: a term only
+    # when the text has nothing longer.
+    longer = tuple(term for term in terms if not (len(term) == 1 and has_han(term)))
+    return longer or terms
+
+
+# A Latin term this long or longer is looked for in the store without its last letter, so
+# that its other forms match too: the analyzer's term is not always a prefix of them
+# ("summary", the term of "summaries", is not a prefix of it). The match is a prefilter,
+# weighed with whole terms afterwards (``pipelines.read.retrieve.knowledge_coverage``).
+PREFIX_FROM_CHARS = 5
+
+
+def knowledge_needles(text: str) -> list[str]:
+    """What the store looks for, case-insensitively, in the knowledge's content and
+    conditions: ``knowledge_terms(text)``, long Latin ones without their last letter.
+    Loose on purpose: a tenant's knowledge is a few hundred rows, weighed afterwards. A
+    lone Han character is looked for only when the text has nothing else (alone it is in
+    half the knowledge)."""
+    terms = knowledge_terms(text)
+    longer = [term for term in terms if len(term) > 1]
+    needles = [
+        term[:-1] if len(term) >= PREFIX_FROM_CHARS and term.isascii() else term
+        for term in longer or terms
+    ]
+    return list(dict.fromkeys(needles))
+
+
 @dataclass(frozen=True)
 class Recallers:
-    """What one request recalls from: the recallers of its scope, and the store that reads the
-    candidates' rows (a worker binds them per request, the benchmark to in-process indexes)."""
+    """What one request recalls from: the recallers of its scope, the store that reads the
+    candidates' rows (a worker binds them per request, the benchmark to in-process indexes),
+    and the tenant's semantic knowledge when there is a store of it."""
 
     dense: DenseRecaller
     sparse: SparseRecaller
     temporal: TemporalRecaller | None
     store: MemoryStore
+    knowledge: KnowledgeRecaller | None = None
+
+
+# The semantic rows one query reads: a tenant's knowledge matching a query is a handful of
+# rows (a preference is promoted only once it recurs), and the store's loose match adds a
+# few more (a stem or a bigram inside another word); 32 short rows stay one small answer.
+# When more match, the most confident are weighed: ranking every match by the terms it
+# holds cost PostgreSQL ~2 ms for 200 Chinese rows, the rows themselves ~0.5 ms.
+KNOWLEDGE_RECALL_LIMIT = 32
+
+
+def queue_knowledge(text: str, scope: RecallScope, recallers: Recallers) -> None:
+    """Send the knowledge search ahead when its recaller can queue it (``queue_knowledge``,
+    on the request's pipelined connection); ``search_knowledge`` reads the answer later."""
+    queue = getattr(recallers.knowledge, "queue_knowledge", None)
+    if queue is not None:
+        queue(text, scope, KNOWLEDGE_RECALL_LIMIT)
 
 
 # How long a caller waits for each job it hands the recall pool to begin (see
@@ -258,12 +372,17 @@ def recall_all(
 ) -> list[RecallList]:
     """Every recaller on every variant. The store's searches are queued on its connection
     when it can (PostgreSQL runs them while this thread searches the vectors), else run in
-    parallel on ``executor`` when one is given. A dense recaller with
+    parallel on ``executor`` when one is given; the knowledge search of the literal
+    variant is queued after them (its answer is read by ``retrieve``). A dense recaller with
     ``search_dense_many`` gets all the variants in one call, made on this thread while the
     others run."""
     named = list(variants.items())
     jobs = _store_jobs(named, scope, recallers, config)
     futures = _start(jobs, executor)
+    # The literal variant's knowledge search goes last on the store's connection: read only
+    # after the fusion, it runs while this thread searches the vectors and fuses, and
+    # delays none of the searches the fusion waits for (one statement, no round trip).
+    queue_knowledge(variants.literal, scope, recallers)
     dense_many: Callable[[Sequence[str], RecallScope, int], list[list[RecallHit]]] | None
     dense_many = getattr(recallers.dense, "search_dense_many", None)
     if dense_many is not None:

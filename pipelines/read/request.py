@@ -10,7 +10,7 @@ from pipelines.errors import InvalidInput
 from pipelines.read.budget import (
     DEFAULT_LAYOUT,
     PartitionLayout,
-    check_budget,
+    check_context_budget,
 )
 from pipelines.read.focus import (
     InfoKind,
@@ -58,7 +58,8 @@ def check_context_request(
             f"is {tokens} tokens; a query is at most {QUERY_MAX_TOKENS} tokens",
             limit=f"{QUERY_MAX_TOKENS} tokens",
         )
-    budget = check_budget(budget_tokens, layout)
+    # Below the layout's own total the partitions scale down to the budget (fit_layout).
+    budget = check_context_budget(budget_tokens, layout)
     return ContextRequest(
         task_id=task,
         query=" ".join(text.split()),

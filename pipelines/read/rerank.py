@@ -31,6 +31,7 @@ from pipelines.text.analyzer import analyze
 from pipelines.text.cues import guess_type
 from pipelines.text.identifiers import holds_identifiers
 from pipelines.text.memo import memo_texts
+from pipelines.text.words import HAN
 
 # β: how much a phase cares that a memory is fresh.
 PHASE_RECENCY_WEIGHT: dict[TaskPhase | None, float] = {
@@ -111,8 +112,13 @@ def _minmax(values: Sequence[float]) -> list[float]:
     return [(value - low) / (high - low) for value in values]
 
 
+# A word character other than a Han one: Chinese has no spaces, so a Han neighbour is a
+# boundary (张工 in 由张工负责, JWT in JWT迁移) while a Latin one is not (art in party).
+_NOT_HAN_WORD = f"[^\\W{HAN}]"
+
+
 def _mentions(entity: str, text: str) -> bool:
-    pattern = r"(?<!\w)" + re.escape(entity.casefold()) + r"(?!\w)"
+    pattern = f"(?<!{_NOT_HAN_WORD})" + re.escape(entity.casefold()) + f"(?!{_NOT_HAN_WORD})"
     return re.search(pattern, text.casefold()) is not None
 
 

@@ -3,7 +3,8 @@
 Keyword recall (BM25, the keyword feedback of PostgreSQL's hits) and query rewriting share it,
 so a query term and a document term meet in the same form: case-folded, light English
 stemming, stopwords dropped, identifiers kept whole *and* split into their parts
-(``nginx.conf`` also indexes ``nginx`` and ``conf``), CJK text as character bigrams.
+(``nginx.conf`` also indexes ``nginx`` and ``conf``), CJK text as character bigrams (Han
+runs cut at their function words first, as the full-text index cuts them).
 
 Its stopword list and suffix stripper are not those of ``pipelines.text.words``: they serve
 ranking, where chat fillers ("yeah", "gonna", "lots") should weigh nothing, while the fact
@@ -19,6 +20,7 @@ from collections import Counter
 from functools import lru_cache
 
 from pipelines.text.memo import memo_texts
+from pipelines.text.words import CJK_STOPWORDS, han_bigrams, has_han
 
 # A small English list (function words and question words): content words stay.
 _SEARCH_STOPWORD_TEXT = """
@@ -40,6 +42,10 @@ SEARCH_STOPWORDS: frozenset[str] = frozenset(_SEARCH_STOPWORD_TEXT.split())
 _WORD_RE = re.compile(r"[^\W_][\w'./:@+-]*[^\W_]|[^\W_]", re.UNICODE)
 _PART_RE = re.compile(r"[^\W_]+", re.UNICODE)
 _CJK_RE = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
+# Runs of one script at a time: Han apart from kana and hangul.
+_CJK_RUN_RE = re.compile(
+    r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+|[\u3040-\u30ff]+|[\uac00-\ud7af]+"
+)
 
 
 def strip_suffixes(word: str) -> str:
@@ -61,11 +67,26 @@ def strip_suffixes(word: str) -> str:
     return word
 
 
-def _cjk_bigrams(token: str) -> list[str]:
-    chars = [ch for ch in token if _CJK_RE.match(ch)]
-    if len(chars) == 1:
-        return chars
-    return [a + b for a, b in itertools.pairwise(chars)]
+def _cjk_terms(token: str) -> tuple[str, ...]:
+    """A token holding CJK: Han runs as ``pipelines.text.words``' bigrams (cut at function
+    words, as PostgreSQL's index cuts them), other CJK runs (kana, hangul) as plain bigrams,
+    and the Latin pieces between them (``jwt`` of ``jwt迁移``) as words of their own."""
+    terms: list[str] = []
+    start = 0
+    for run in _CJK_RUN_RE.finditer(token):
+        for piece in _WORD_RE.findall(token[start : run.start()]):
+            terms += _token_terms(piece)
+        text = run.group()
+        if has_han(text):
+            terms += [t for t in han_bigrams(text) if t not in CJK_STOPWORDS]
+        elif len(text) == 1:
+            terms.append(text)
+        else:
+            terms += [a + b for a, b in itertools.pairwise(text)]
+        start = run.end()
+    for piece in _WORD_RE.findall(token[start:]):
+        terms += _token_terms(piece)
+    return tuple(terms)
 
 
 def analyze(text: str) -> list[str]:
@@ -81,7 +102,7 @@ def _token_terms(raw: str) -> tuple[str, ...]:
     if not token:
         return ()
     if _CJK_RE.search(token):
-        return tuple(_cjk_bigrams(token))
+        return _cjk_terms(token)
     if token.endswith("'s"):
         token = token[:-2]
     parts = _PART_RE.findall(token)

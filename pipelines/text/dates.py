@@ -2,6 +2,14 @@
 ("yesterday", "last Friday", "two months ago", "last summer") resolved against an anchor date,
 rendered as ISO days, months or ranges. Used by the compression protocol to keep every date
 recoverable after pronouns and relative phrases lose their anchor.
+
+Chinese forms are read the same way: 2027年1月15日, 1月15日 (the anchor's year), 2027年3月,
+1月底 and 1月第二周周三 (a part of a month, as "end of" and "second week of"), and relative
+to the anchor 昨天, 明天, 3天前, 两天后, 上个月, 去年夏天, 下周, 上周三 and 第二周周三 (the
+anchor month's second week, as "the second week of" reads it). 上周/下周 are calendar weeks
+(Monday to Sunday), as Chinese means them, and 上周三 is the Wednesday of that week, not the
+last Wednesday before the anchor. A weekday alone (周五) is not a date: it is as often a rule
+("周五不要上线") as a day.
 """
 
 from __future__ import annotations
@@ -11,7 +19,7 @@ import re
 from datetime import date, timedelta
 from typing import NamedTuple
 
-from pipelines.text.words import NUMBER_WORDS
+from pipelines.text.words import NUMBER_WORDS, has_han
 
 
 class DateSpan(NamedTuple):
@@ -123,6 +131,62 @@ _MY_RE = re.compile(r"\b([A-Za-z]{3,10})[.,]?\s*((?:19|20)\d{2})\b")
 _Y_RE = re.compile(r"\b((?:19|20)\d{2})\b")
 _SEASON_YEAR_RE = re.compile(rf"\b(?:the\s+)?({_SEASON})\s+(?:of\s+)?((?:19|20)\d{{2}})\b", re.I)
 
+# Chinese absolute dates: year-month-day, month-day, year-month (with a part of the month:
+# 初/上旬 early, 中旬 mid, 下旬/底/末 late, or 第N周 the Nth week and a weekday in it), year.
+_ZH_WEEKDAY = r"[一二三四五六日天1-7]"
+_ZH_WEEK = r"(?:周|星期|礼拜)"
+_ZH_YMD_RE = re.compile(r"(?<!\d)(?:(\d{4})\s*年\s*)?(\d{1,2})\s*月\s*(\d{1,2})\s*[日号]")
+_ZH_YM_RE = re.compile(
+    r"(?<![\d.])(?:(\d{4})\s*年\s*)?(\d{1,2})\s*月份?(?!\s*\d{1,2}\s*[日号])"
+    r"(?:\s*(?P<phase>初|上旬|中旬|下旬|底|末)"
+    rf"|\s*第\s*(?P<nth>[一二三四五1-5])\s*(?:周|个星期)(?:\s*{_ZH_WEEK}(?P<day>{_ZH_WEEKDAY}))?)?"
+)
+_ZH_Y_RE = re.compile(r"(?<!\d)((?:19|20)\d{2})\s*年(?!\s*\d{1,2}\s*月)")
+_ZH_PHASES = {
+    "初": "early",
+    "上旬": "early",
+    "中旬": "mid",
+    "下旬": "late",
+    "底": "late",
+    "末": "late",
+}
+_ZH_DIGITS = {ch: i for i, ch in enumerate("零一二三四五六七八九")} | {"两": 2}
+
+
+def _zh_count(text: str) -> int:
+    """A number written in digits or in Chinese numerals up to 99 (三, 两, 十二, 二十)."""
+    if text.isdigit():
+        return int(text)
+    tens, ten, ones = text.partition("十")
+    if not ten:
+        return _ZH_DIGITS.get(text, 1)
+    return _ZH_DIGITS.get(tens, 1) * 10 + _ZH_DIGITS.get(ones, 0)
+
+
+def _zh_weekday(char: str) -> int:
+    """Monday is 0: 一..六 and 1..6 are Monday to Saturday, 日/天/七/7 Sunday."""
+    return 6 if char in "日天七7" else (int(char) - 1 if char.isdigit() else _ZH_DIGITS[char] - 1)
+
+
+def _nth_week(month: DateSpan, nth: str, day: str | None) -> DateSpan:
+    """The Nth seven days of a month ("second week of"), or the given weekday within them."""
+    start = month.start + timedelta(days=7 * (_zh_count(nth) - 1))
+    if day is None:
+        return DateSpan(start, start + timedelta(days=6))
+    d = start + timedelta(days=(_zh_weekday(day) - start.weekday()) % 7)
+    return DateSpan(d, d)
+
+
+def _zh_phase(month: DateSpan, phase: str) -> DateSpan:
+    """A part of a month, as "early", "mid" and "late" read it: a third of it."""
+    third = max(1, ((month.end - month.start).days + 1) // 3)
+    if _ZH_PHASES[phase] == "early":
+        return DateSpan(month.start, month.start + timedelta(days=third - 1))
+    if _ZH_PHASES[phase] == "mid":
+        return DateSpan(month.start + timedelta(days=third), month.end - timedelta(days=third))
+    return DateSpan(month.end - timedelta(days=third - 1), month.end)
+
+
 # A relation written before an explicit date: "the week before 9 June", "two weekends
 # before", "the Friday before", "the weekend of", "few days before", "first week of".
 _RELATION_RE = re.compile(
@@ -142,9 +206,28 @@ RELATIVE_RE = re.compile(
     rf"|(?P<ago_n>{_NUM}|a\s+couple\s+of|couple\s+of)\s+(?P<ago_unit>days?|weeks?|months?|years?)"
     rf"\s+ago"
     rf"|(?P<which>last|past|previous|this|next|coming)\s+"
-    rf"(?P<what>weekend|week|month|year|{_WEEKDAY}|{_SEASON}))\b",
+    rf"(?P<what>weekend|week|month|year|{_WEEKDAY}|{_SEASON}))\b"
+    # Chinese, with no word boundaries: a day by name, N units before or after, a week
+    # (上周, 下周三, 本周末), a month (上个月), a year or a season of it (去年夏天), the Nth
+    # week of the anchor's month (第二周周三). 之前天气 ("the weather before") and 马上月底
+    # ("soon, at the month's end") hold 前天 and 上月 without meaning them.
+    rf"|(?P<zh_day>大前天|(?<![之以提目])前天|昨天|昨日|昨晚|今天|今日|今晚|今早|大后天|明天|明日"
+    rf"|明早|明晚|(?<![之以然最])后天)"
+    rf"|(?<![\d.])(?P<zh_n>\d{{1,3}}|[一二两三四五六七八九十]{{1,3}})\s*"
+    rf"(?P<zh_unit>天|个?{_ZH_WEEK}|个月|年)\s*(?P<zh_dir>之前|以前|前|之后|以后|后)"
+    rf"|(?P<zh_wk>上上个?|下下个?|上个?|下个?|本|这个?){_ZH_WEEK}"
+    # 下周一起 is "together next week", 本周天气 "this week's weather": not a day.
+    rf"(?:(?P<zh_wk_day>一(?![起些直])|天(?!气)|[二三四五六日1-7])|(?P<zh_wk_end>末)|(?!期))"
+    rf"|(?P<zh_month>上上个|下下个|上个|下个|(?<![马剩])[上下]|本|这个)月"
+    rf"|(?P<zh_year>前年|去年|今年|明年|后年)(?P<zh_season>春天|夏天|秋天|冬天|春季|夏季|秋季|冬季)?"
+    rf"|(?<![月份])第\s*(?P<zh_nth>[一二三四五1-5])\s*(?:周|个星期)"
+    rf"(?:\s*{_ZH_WEEK}(?P<zh_nth_day>{_ZH_WEEKDAY}))?",
     re.I,
 )
+_ZH_DAY_OFFSETS = {"大前": -3, "前": -2, "昨": -1, "今": 0, "明": 1, "后": 2, "大后": 3}
+_ZH_WHICH_OFFSETS = {"上上": -2, "上": -1, "本": 0, "这": 0, "下": 1, "下下": 2}
+_ZH_YEAR_OFFSETS = {"前年": -2, "去年": -1, "今年": 0, "明年": 1, "后年": 2}
+_ZH_SEASONS = {"春": "spring", "夏": "summer", "秋": "autumn", "冬": "winter"}
 
 _NUMBER_VALUES = {w: int(v) for w, v in NUMBER_WORDS.items()} | {"a": 1, "an": 1}
 
@@ -206,12 +289,37 @@ def _absolute_dates(text: str, default_year: int | None) -> list[_Found]:
             add(m, _month_span(int(m[2]), month))
     for m in _Y_RE.finditer(text):
         add(m, _year_span(int(m[1])))
+    if has_han(text):
+        candidates += _zh_absolute_dates(text, default_year)
     # Longest match wins; ties go to the earlier pattern (the list order above).
     chosen: list[_Found] = []
     for found in sorted(candidates, key=lambda f: -(f.end - f.start)):
         if all(found.end <= c.start or found.start >= c.end for c in chosen):
             chosen.append(found)
     return sorted(chosen, key=lambda f: f.start)
+
+
+def _zh_absolute_dates(text: str, default_year: int | None) -> list[_Found]:
+    found: list[_Found] = []
+    for m in _ZH_YMD_RE.finditer(text):
+        year = int(m[1]) if m[1] else default_year
+        d = _safe_date(year, int(m[2]), int(m[3])) if year else None
+        if d is not None:
+            found.append(_Found(m.start(), m.end(), DateSpan(d, d), True))
+    for m in _ZH_YM_RE.finditer(text):
+        year = int(m[1]) if m[1] else default_year
+        if year is None or not 1 <= int(m[2]) <= 12:
+            continue
+        span = _month_span(year, int(m[2]))
+        if m["phase"]:
+            found.append(_Found(m.start(), m.end(), _zh_phase(span, m["phase"]), False))
+        elif m["nth"]:
+            found.append(_Found(m.start(), m.end(), _nth_week(span, m["nth"], m["day"]), False))
+        else:
+            found.append(_Found(m.start(), m.end(), span, True))
+    for m in _ZH_Y_RE.finditer(text):
+        found.append(_Found(m.start(), m.end(), _year_span(int(m[1])), True))
+    return found
 
 
 def _apply_relation(match: re.Match[str], span: DateSpan) -> DateSpan | None:
@@ -279,7 +387,48 @@ def _apply_relation(match: re.Match[str], span: DateSpan) -> DateSpan | None:
     return None
 
 
+def _zh_relative_span(match: re.Match[str], anchor: date) -> DateSpan | None:
+    if match["zh_day"]:
+        word = match["zh_day"]
+        d = anchor + timedelta(days=_ZH_DAY_OFFSETS[word[:2] if word[0] == "大" else word[0]])
+        return DateSpan(d, d)
+    if match["zh_n"]:
+        n = _zh_count(match["zh_n"]) * (-1 if "前" in match["zh_dir"] else 1)
+        unit = match["zh_unit"]
+        if unit == "天":
+            d = anchor + timedelta(days=n)
+            return DateSpan(d, d)
+        if unit == "个月":
+            return _month_span(*_shift_month(anchor.year, anchor.month, n))
+        if unit == "年":
+            return _year_span(anchor.year + n)
+        # weeks, as "two weeks ago" reads them: that day give or take three days
+        middle = anchor + timedelta(days=7 * n)
+        return DateSpan(middle - timedelta(days=3), middle + timedelta(days=3))
+    if match["zh_wk"]:
+        which = match["zh_wk"].rstrip("个")
+        monday = anchor - timedelta(days=anchor.weekday() - 7 * _ZH_WHICH_OFFSETS[which])
+        if match["zh_wk_day"]:
+            d = monday + timedelta(days=_zh_weekday(match["zh_wk_day"]))
+            return DateSpan(d, d)
+        if match["zh_wk_end"]:
+            return DateSpan(monday + timedelta(days=5), monday + timedelta(days=6))
+        return DateSpan(monday, monday + timedelta(days=6))
+    if match["zh_month"]:
+        delta = _ZH_WHICH_OFFSETS[match["zh_month"].rstrip("个")]
+        return _month_span(*_shift_month(anchor.year, anchor.month, delta))
+    if match["zh_year"]:
+        year = anchor.year + _ZH_YEAR_OFFSETS[match["zh_year"]]
+        if match["zh_season"]:
+            return _season_span(year, _ZH_SEASONS[match["zh_season"][0]])
+        return _year_span(year)
+    month = _month_span(anchor.year, anchor.month)
+    return _nth_week(month, match["zh_nth"], match["zh_nth_day"])
+
+
 def _relative_span(match: re.Match[str], anchor: date) -> DateSpan | None:
+    if has_han(match.group()):
+        return _zh_relative_span(match, anchor)
     if match["dby"]:
         d = anchor - timedelta(days=2)
         return DateSpan(d, d)
@@ -394,8 +543,8 @@ def resolve_relative_dates(text: str, anchor: date, *, bracket: bool = False) ->
             continue  # unknown, or resolved already by an earlier pass
         pieces.append(text[cursor : m.start()])
         rendered = render_span(span)
-        # "ten years ago" says how long ago as well as when: keep the words too.
-        keep_words = bracket or bool(m["ago_n"])
+        # "ten years ago" (3天前) says how long ago as well as when: keep the words too.
+        keep_words = bracket or bool(m["ago_n"]) or bool(m["zh_n"])
         pieces.append(f"{m.group(0)} [{rendered}]" if keep_words else rendered)
         cursor = m.end()
     pieces.append(text[cursor:])

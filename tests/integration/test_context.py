@@ -122,23 +122,32 @@ def test_context_is_assembled_by_the_owner_within_every_partition_budget(client,
 
 
 def test_a_small_budget_evicts_inside_partitions_only(client, workers):
-    # given the same memories and a budget barely above the fixed partitions
+    # given the same memories and forty notes about the migration, more than a small
+    # context's retrieved-memory partition holds
     workers("write")
-    receipts = record_conversation(client, "acme", "billing", "s-1", CONVERSATION)
+    notes = [
+        (
+            "agent",
+            f"Note {n}: the migration script scripts/migrate_invoices.py moves invoice batch "
+            f"{n} and logs to logs/migrate-{n}.txt.",
+        )
+        for n in range(40)
+    ]
+    receipts = record_conversation(client, "acme", "billing", "s-1", notes + CONVERSATION)
     client.wait_until_settled([r.memory_id for r in receipts if r.status == "accepted"])
 
-    # when the elastic partitions share only 300 tokens
+    # when the context has the smallest budget served: every partition scaled to its share
     context = client.context(
         "billing",
         "where does the migration script live?",
-        24_300,
+        4_000,
         tenant_id="acme",
         system="You are the billing agent.",
         variables={"branch": "billing-rewrite"},
     )
 
-    # then the fixed partitions are untouched and the elastic ones evict, each on its own
-    assert context.total_tokens <= 24_300
+    # then every partition stays within its share and evicts on its own
+    assert context.total_tokens <= 4_000
     for partition in context.partitions:
         assert partition.used_tokens <= partition.budget_tokens
     assert "branch = billing-rewrite" in context.text
@@ -205,7 +214,7 @@ def test_bad_requests_get_clear_errors_before_anything_is_sent(client):
         ({"query": 42}, "query", "must be text"),
         ({"budget_tokens": "40000"}, "budget_tokens", "must be an integer"),
         ({"budget_tokens": True}, "budget_tokens", "must be an integer"),
-        ({"budget_tokens": 10_000}, "budget_tokens", "fixed partitions alone take 24000"),
+        ({"budget_tokens": 3_000}, "budget_tokens", "smallest context is 4000 tokens"),
         ({"budget_tokens": 2_000_000}, "budget_tokens", "largest context"),
         ({"task_id": None}, "task_id", "required"),
         ({"task_id": "has spaces"}, "task_id", "malformed id"),
@@ -261,7 +270,7 @@ def test_a_memory_too_long_for_its_partition_is_replaced_by_its_compressed_versi
     workers("write")
     reasons = " ".join(
         f"Reason {n}: the ledger service {n} needs transactions across invoices and payments."
-        for n in range(30)
+        for n in range(150)
     )
     long_text = f"We decided to keep invoices in PostgreSQL. {reasons}"
     [receipt] = record_conversation(client, "acme", "billing", "s-1", [("agent", long_text)])
@@ -271,9 +280,11 @@ def test_a_memory_too_long_for_its_partition_is_replaced_by_its_compressed_versi
     ).fetchone()[0]
     assert summary and len(summary) < len(long_text) / 3
 
-    # when the retrieved-memory partition cannot hold the original
+    # when the retrieved-memory partition cannot hold the original (the smallest context:
+    # at most about 1,500 tokens for retrieved memory, focus included; the original takes
+    # about 2,400)
     context = client.context(
-        "billing", "why PostgreSQL for invoices?", 24_900, tenant_id="acme", session_id="none"
+        "billing", "why PostgreSQL for invoices?", 4_000, tenant_id="acme", session_id="none"
     )
 
     # then the compressed version stands in for it, inside the partition's budget

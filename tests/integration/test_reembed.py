@@ -60,8 +60,8 @@ def test_a_model_change_re_embeds_in_the_owner(client, workers, db, settings):  
         time.sleep(0.2)
     assert run is not None and run[0], run
     stats = run[1]
-    assert stats["from_version"] == "hashing-v1/64"
-    assert stats["to_version"] == "hashing-v1/96"
+    assert stats["from_version"] == "hashing-v2/64"
+    assert stats["to_version"] == "hashing-v2/96"
     assert stats["batches"] >= 4  # 40+ rows in batches of 10, one step each
     assert stats["verified_points"] == 45
     # and recall answers from the new generation
@@ -71,14 +71,14 @@ def test_a_model_change_re_embeds_in_the_owner(client, workers, db, settings):  
     versions = db.execute(
         "SELECT embedding_version, count(*) FROM memories WHERE status = 'stored' GROUP BY 1"
     ).fetchall()
-    assert versions == [("hashing-v1/96", 45)]
+    assert versions == [("hashing-v2/96", 45)]
     alias = f"{settings.collection_prefix}_episodic"
     owner.stop(timeout_s=10)  # the store has one owner: open it only once it has gone
     index = build_vector_index(settings)
     try:
         assert index.collections() == [f"{alias}__g2"]
         assert index.resolve(alias) == f"{alias}__g2"
-        assert index.embedding_version(alias) == "hashing-v1/96"
+        assert index.embedding_version(alias) == "hashing-v2/96"
         assert index.count(alias) == 45
     finally:
         index.close()

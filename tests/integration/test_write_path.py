@@ -44,7 +44,7 @@ def test_records_are_stored_by_a_worker_with_their_decisions(client, workers, db
     decision = client.get(receipts[0].memory_id, tenant_id="acme")
     assert decision is not None
     assert decision.type == "decision"
-    assert decision.embedding_version == "hashing-v1/64"
+    assert decision.embedding_version == "hashing-v2/64"
     assert decision.summary
     tiers = db.execute(
         "SELECT tier, verdict, count(*) FROM write_decisions GROUP BY 1, 2 ORDER BY 1, 2"

@@ -4,6 +4,11 @@ Feature hashing of word unigrams and bigrams with a signed hash, then L2 normali
 same text always gives the same vector in every process, with no model to download. It is a
 lexical embedder (shared words, not shared meaning), so retrieval quality is measured with
 MiniLM as well.
+
+Chinese has no spaces: a run of Han characters is hashed as its character bigrams, cut at
+function words, a lone character standing for itself (``pipelines.text.words.han_bigrams``),
+so a two-character query such as 张工 shares a feature with every memory that names 张工. A
+text without Han characters gives exactly the vector it always did.
 """
 
 from __future__ import annotations
@@ -15,11 +20,29 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from pipelines.text.words import HAN, han_bigrams
+
 _TOKEN_RE = re.compile(r"[\w][\w.+-]*", re.UNICODE)
+_HAN_RUN_RE = re.compile(f"[{HAN}]+")
 
 
 def tokenize(text: str) -> list[str]:
-    return [token.strip(".-+") for token in _TOKEN_RE.findall(text.casefold()) if token]
+    """Words and identifiers, case-folded; Han runs as their bigrams (``jwt迁移`` → jwt 迁移)."""
+    tokens = [token.strip(".-+") for token in _TOKEN_RE.findall(text.casefold()) if token]
+    if not _HAN_RUN_RE.search(text):
+        return tokens
+    out: list[str] = []
+    for token in tokens:
+        if not _HAN_RUN_RE.search(token):
+            out.append(token)
+            continue
+        start = 0
+        for run in _HAN_RUN_RE.finditer(token):
+            out += tokenize(token[start : run.start()])
+            out += han_bigrams(run.group())
+            start = run.end()
+        out += tokenize(token[start:])
+    return out
 
 
 class HashingEmbedder:
@@ -30,7 +53,11 @@ class HashingEmbedder:
 
     @property
     def version(self) -> str:
-        return f"hashing-v1/{self._dim}"
+        # v2: Han runs hash as their bigrams (v1 hashed a whole run as one word). Only Chinese
+        # vectors changed, but a store written by v1 holds them too, and only a new version
+        # starts the re-embed run that replaces them; for English rows it is one cheap pass
+        # that writes the same vectors again.
+        return f"hashing-v2/{self._dim}"
 
     @property
     def dim(self) -> int:

@@ -50,10 +50,23 @@ task could need it. Answer with a JSON object and nothing else:
 {{"keep": true|false, "type": one of [{_TYPES}], "confidence": 0..1,
   "importance": 0..1, "reason": "one short sentence"}}"""
 
-SUMMARY_PROMPT = """Summarise the interaction for an agent's long-term memory in at most
+# The language rule of every prompt whose answer holds text taken from memories: memories in
+# Chinese (or mixed with English) are summarised, annotated and restated in that language,
+# and identifiers are copied, never translated, so the offline checks (verbatim segments,
+# identifier recall, fact recall) read a model's answer as they read the rules' answer.
+LANGUAGE_RULE = """Language: write every text field in the language of the memories it comes
+from (Chinese memories in Chinese, English in English, mixed Chinese and English as mixed as
+the original), never translated. Keep identifiers verbatim: numbers, paths, ids, tickets,
+names of people, modules, keys and code exactly as written."""
+
+SUMMARY_PROMPT = (
+    """Summarise the interaction for an agent's long-term memory in at most
 {max_words} words. Keep every decision with its reason, every preference, every status
 change, and every identifier (numbers, paths, names, keys) verbatim; resolve pronouns to the
-names they stand for. Answer with a JSON object and nothing else: {{"summary": "..."}}"""
+names they stand for. Answer with a JSON object and nothing else: {{"summary": "..."}}
+"""
+    + LANGUAGE_RULE
+)
 
 CALIBRATE_PROMPT = """An autonomous agent was interrupted and is resuming a task from its last
 checkpoint. You decide whether it must check the outside world before it continues. A pending
@@ -77,8 +90,9 @@ identifiers the step is about, copied from the query."""
 REWRITE_PROMPT = """Rewrite an agent's question into three search queries over its memory of
 past interactions. literal: the question as asked, cleaned up. intent: its content words and
 entities without question grammar. associative: the entities and keywords plus words that
-memories about the same thing would likely use. Keep every identifier (paths, names, numbers,
-keys) verbatim. Answer with a JSON object and nothing else:
+memories about the same thing would likely use. Write the queries in the question's language
+(a question in Chinese gets Chinese queries), never translated. Keep every identifier (paths,
+names, numbers, keys) verbatim. Answer with a JSON object and nothing else:
 {"literal": "...", "intent": "...", "associative": "...", "keywords": ["..."],
  "entities": ["..."]}"""
 
@@ -343,34 +357,52 @@ class OpenAILLM:
 
 # -- prompts of background cognition -----------------------------------------------------------
 
-ANNOTATE_PROMPT = """You annotate segments of an agent's memories before compression. For
+ANNOTATE_PROMPT = (
+    """You annotate segments of an agent's memories before compression. For
 each segment give its kind: decision_rationale, outcome, user_preference, status_change,
-error_root_cause, debug_output or chatter; its entities; its identifiers (numbers, paths,
-names, ids exactly as written); "resolved": the segment with pronouns replaced by the names
-they stand for and relative dates made absolute against the segment's timestamp, nothing
-else changed; for a decision its rationale verbatim, for an error its root cause verbatim.
+error_root_cause, debug_output or chatter (these names, whatever the segment's language); its
+entities; its identifiers (numbers, paths, names, ids exactly as written); "resolved": the
+segment with pronouns replaced by the names they stand for and relative dates made absolute
+against the segment's timestamp, nothing else changed; for a decision its rationale verbatim
+(因为/由于/原因是… in Chinese), for an error its root cause verbatim.
 Answer with a JSON object and nothing else:
 {"segments": [{"index": <segment index>, "kind": "...", "resolved": "...", "entities": [],
-  "identifiers": [], "rationale": null, "root_cause": null}]} with one entry per segment."""
+  "identifiers": [], "rationale": null, "root_cause": null}]} with one entry per segment.
+"""
+    + LANGUAGE_RULE
+)
 
-COMPRESS_PROMPT = """You compress annotated segments of an agent's memories into one summary of
-at most target_words words. Keep decision rationales, user preferences, status changes and
-errors with their root cause verbatim (add an absolute date in brackets to relative dates);
-compress only outcomes and debug output; drop chatter; keep every identifier. Answer with a
-JSON object and nothing else:
-{"text": "the summary", "kept_verbatim": [segment indexes], "dropped": [segment indexes]}"""
+COMPRESS_PROMPT = (
+    """You compress annotated segments of an agent's memories into one summary of
+at most target_words words (a Chinese word is about 1.5 characters). Keep decision
+rationales, user preferences, status changes and errors with their root cause verbatim (add
+an absolute date in brackets to relative dates); compress only outcomes and debug output;
+drop chatter; keep every identifier. Answer with a JSON object and nothing else:
+{"text": "the summary", "kept_verbatim": [segment indexes], "dropped": [segment indexes]}
+"""
+    + LANGUAGE_RULE
+)
 
-KNOWLEDGE_PROMPT = """You consolidate an agent's episodic memories into reusable knowledge:
+KNOWLEDGE_PROMPT = (
+    """You consolidate an agent's episodic memories into reusable knowledge:
 user preferences, effective patterns, mistakes to avoid and project conventions. State each
 as one self-contained sentence, cite the ids of the memories it comes from, give a
 confidence in [0, 1] and, when it only holds in some situations, its conditions ("for
-architecture questions"). Answer with a JSON object and nothing else:
+architecture questions", "遇到架构问题时"). Answer with a JSON object and nothing else:
 {"items": [{"kind": "preference|pattern|mistake|convention", "statement": "...",
-  "confidence": 0.0, "source_ids": ["<memory id>"], "conditions": null}]}"""
+  "confidence": 0.0, "source_ids": ["<memory id>"], "conditions": null}]}
+"""
+    + LANGUAGE_RULE
+)
 
-CAUSAL_PROMPT = """You find cause and effect between a new memory of a software project and
-earlier ones: a delay, a blocker, a failure or a decision in one that affects another. Only
+CAUSAL_PROMPT = (
+    """You find cause and effect between a new memory of a software project and
+earlier ones: a delay, a blocker, a failure or a decision in one that affects another
+(Chinese says it with 因为, 由于, 导致, 会影响, 推迟, 延期, 依赖, 阻塞, 等待 ...). Only
 propose an edge when the text supports it, with its direction (cause_id causes or affects
 effect_id); one of the two ids must be the new memory's. Answer with a JSON object and
 nothing else: {"edges": [{"cause_id": "<id>", "effect_id": "<id>", "confidence": 0.0,
-"reason": "one short sentence"}]}"""
+"reason": "one short sentence"}]}
+"""
+    + LANGUAGE_RULE
+)

@@ -2,8 +2,13 @@
 forgetting curve says so become L1 summaries, checked L1 rows older than a week become L2.
 Each summary is a new row with parent pointers, inserted with its parents' ``superseded_by``
 and its embedding job in one transaction. ``complete_task`` makes the L3 summary of a
-finished task from whatever is still live in it; ``schedule_compression`` is the capacity
-check that starts sweeps.
+finished task from whatever is still live in it, once; ``schedule_compression`` is the
+capacity check that starts sweeps.
+
+The sweep owns every level's retries: a rolled-back L1 or L2 summary frees its parents, which
+the next sweep compresses again at the next version; a rolled-back L3 is made again by the
+sweep over the same parents, at the next version (half the ratio, annotate-only once a parent
+resists), until one is kept.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from pipelines.cognition.compress import compress_group, plan_groups
+from pipelines.cognition.compress import CompressionResult, compress_group, plan_groups
 from pipelines.cognition.decay import DecayAction, decide_decay
 from pipelines.cognition.levels import DEFAULT_LEVELS, target_level
 from pipelines.cognition.quality import (
@@ -32,8 +37,9 @@ from workers.cognition.sql import (
     load_health,
     row_to_source,
     scopes_after,
+    task_summary_to_retry,
 )
-from workers.db.rows import row_to_memory
+from workers.db.rows import fetch_rows, row_to_memory
 from workers.db.runs import Run
 from workers.publish import publish_quietly
 from workers.queues import TaskName
@@ -66,8 +72,10 @@ def _eligible(row: dict[str, Any], level: Level, now: datetime) -> bool:
 
 
 def compress_scope(ctx: Clients, tenant_id: str, task_id: str, now: datetime) -> dict[str, Any]:
-    """Promote what is due in one task: L0 → L1, then checked L1 → L2."""
-    stats: dict[str, Any] = {}
+    """Promote what is due in one task: a rolled-back task summary again, then L0 → L1, then
+    checked L1 → L2. The task summary goes first: its parents are the task's live rows, which
+    the lower levels would otherwise take."""
+    stats = retry_task_summary(ctx, tenant_id, task_id, now)
     for level, source_level in ((Level.L1, Level.L0), (Level.L2, Level.L1)):
         with ctx.pool.connection() as conn:
             rows = live_rows(
@@ -156,9 +164,74 @@ def compress_step(ctx: Clients, run_id: uuid.UUID, clock: datetime) -> StepOutco
     return outcome
 
 
+def _task_summary(
+    ctx: Clients, rows: list[dict[str, Any]], health: dict[uuid.UUID, CompressionHealth]
+) -> CompressionResult:
+    """The L3 summary of ``rows``: one version past its parents' worst failure count,
+    annotate-only when a parent resists compression (as every level's retry)."""
+    sources = [row_to_source(r) for r in rows]
+    records = [health.get(s.id, CompressionHealth(memory_id=s.id)) for s in sources]
+    return compress_group(
+        sources,
+        Level.L3,
+        ctx.llm,
+        version=max(r.failures for r in records) + 1,
+        annotate_only=any(r.resistant for r in records),
+        policy=DEFAULT_LEVELS,
+    )
+
+
+def retry_task_summary(ctx: Clients, tenant_id: str, task_id: str, now: datetime) -> dict[str, Any]:
+    """A task summary the quality check rolled back, made again over its parents that are
+    still live. The failures its rollback counted make this the next version; a replay finds
+    the new summary stored (or its parents covered) and does nothing."""
+    stats: dict[str, Any] = {}
+    with ctx.pool.connection() as conn:
+        failed = task_summary_to_retry(conn, tenant_id, task_id)
+        if failed is None:
+            return stats
+        parents = fetch_rows(conn, failed["parent_ids"])
+        rows = [
+            parents[p]
+            for p in failed["parent_ids"]
+            if p in parents
+            and parents[p]["status"] == "stored"
+            and parents[p]["superseded_by"] is None
+            and parents[p]["ts"] <= now
+        ]
+        if not rows:
+            return stats
+        health = load_health(conn, [r["id"] for r in rows])
+    result = _task_summary(ctx, rows, health)
+    try:
+        with ctx.pool.connection() as conn:
+            created = insert_summary(conn, result.draft, rows)
+    except ConcurrentChange as exc:
+        log.info("task summary retry skipped: %s", exc)
+        add_stat(stats, "conflicts")
+        return stats
+    if created:
+        log.info(
+            "task summary of %s/%s made again as v%s (%s rolled back)",
+            tenant_id,
+            task_id,
+            result.draft.version,
+            failed["id"],
+        )
+        add_stat(stats, "l3_created")
+        add_stat(stats, "source_words", result.draft.source_words)
+        add_stat(stats, "summary_words", result.draft.summary_words)
+        if result.draft.annotate_only:
+            add_stat(stats, "annotate_only")
+    else:
+        add_stat(stats, "already_done")
+    return stats
+
+
 def complete_task(ctx: Clients, tenant_id: str, task_id: str, now: datetime) -> dict[str, Any]:
     """L3 at task completion: one summary of everything still live in the task (raw rows,
-    and summaries that passed their check), inserted like any summary and checked after."""
+    and summaries that passed their check), inserted like any summary and checked after.
+    One shot: a rollback of it is retried by the compression sweep."""
     with ctx.pool.connection() as conn:
         rows = [
             row
@@ -169,19 +242,9 @@ def complete_task(ctx: Clients, tenant_id: str, task_id: str, now: datetime) -> 
         health = load_health(conn, [r["id"] for r in rows])
     if not rows:
         return {"created": False, "sources": 0}
-    sources = [row_to_source(r) for r in rows]
-    records = [health.get(s.id, CompressionHealth(memory_id=s.id)) for s in sources]
-    result = compress_group(
-        sources,
-        Level.L3,
-        ctx.llm,
-        version=max(r.failures for r in records) + 1,
-        annotate_only=any(r.resistant for r in records),
-        policy=DEFAULT_LEVELS,
-    )
-    by_id = {r["id"]: r for r in rows}
+    result = _task_summary(ctx, rows, health)
     with ctx.pool.connection() as conn:
-        created = insert_summary(conn, result.draft, [by_id[s.id] for s in sources])
+        created = insert_summary(conn, result.draft, rows)
     if created:
         publish_quietly(
             TaskName.QUALITY_SWEEP,
@@ -193,7 +256,7 @@ def complete_task(ctx: Clients, tenant_id: str, task_id: str, now: datetime) -> 
         "created": created,
         "summary_id": str(result.draft.id),
         "version": result.draft.version,
-        "sources": len(sources),
+        "sources": len(rows),
     }
 
 

@@ -11,11 +11,11 @@ from datetime import datetime
 from typing import Any
 
 from pipelines.answers import ask_with_fallback
+from pipelines.cognition.entities import extract_entities
 from pipelines.cognition.link import (
     Neighbour,
     causal_links,
     entity_links,
-    extract_entities,
     propose_causal_offline,
     similar_links,
 )

@@ -71,18 +71,53 @@ def row_to_draft(row: Mapping[str, Any]) -> SummaryDraft:
     )
 
 
+# A task summary (L3) the quality check rolled back, while the task has no stored L3 and a
+# parent of it is still live: the compression sweep makes it again. Rolled-back rows are few
+# and ``memories_status_idx`` holds them.
+_L3_AWAITING_RETRY = """
+    r.level = 3 AND r.status = 'retired'
+    AND EXISTS (SELECT 1 FROM quality_reports q WHERE q.summary_id = r.id
+                AND q.verdict = 'rollback')
+    AND NOT EXISTS (SELECT 1 FROM memories s WHERE s.tenant_id = r.tenant_id
+                    AND s.task_id = r.task_id AND s.level = 3 AND s.status = 'stored')
+    AND EXISTS (SELECT 1 FROM memories p WHERE p.id = ANY(r.parent_ids)
+                AND p.status = 'stored' AND p.superseded_by IS NULL)
+"""
+
+
 def scopes_after(
     conn: Connection[Any], after: tuple[str, str] | None, limit: int, max_level: int
 ) -> list[tuple[str, str]]:
-    """(tenant, task) pairs holding live rows below ``max_level``, in key order."""
+    """(tenant, task) pairs holding live rows below ``max_level`` or a task summary awaiting
+    its retry, in key order."""
     tenant, task = after or ("", "")
     rows = conn.execute(
-        "SELECT DISTINCT tenant_id, task_id FROM memories "
+        "SELECT tenant_id, task_id FROM ("
+        "SELECT tenant_id, task_id FROM memories "
         "WHERE status = 'stored' AND superseded_by IS NULL AND level < %s "
-        "AND (tenant_id, task_id) > (%s, %s) ORDER BY 1, 2 LIMIT %s",
-        (max_level, tenant, task, limit),
+        "AND (tenant_id, task_id) > (%s, %s) "
+        "UNION "
+        f"SELECT r.tenant_id, r.task_id FROM memories r WHERE {_L3_AWAITING_RETRY} "
+        "AND (r.tenant_id, r.task_id) > (%s, %s)"
+        ") scopes ORDER BY 1, 2 LIMIT %s",
+        (max_level, tenant, task, tenant, task, limit),
     ).fetchall()
     return [(r[0], r[1]) for r in rows]
+
+
+def task_summary_to_retry(
+    conn: Connection[Any], tenant_id: str, task_id: str
+) -> dict[str, Any] | None:
+    """The latest rolled-back task summary (L3) of a task when it awaits its retry (see
+    ``_L3_AWAITING_RETRY``), else None."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(
+            f"SELECT {MEMORY_COLUMNS} FROM memories r WHERE r.tenant_id = %s AND r.task_id = %s "
+            f"AND {_L3_AWAITING_RETRY} ORDER BY r.version DESC, r.ts DESC, r.id LIMIT 1",
+            (tenant_id, task_id),
+        )
+        row: dict[str, Any] | None = cur.fetchone()
+        return row
 
 
 def live_rows(

@@ -24,7 +24,8 @@ from pipelines.read.recall import Recallers, RecallScope
 from workers.clients import Clients
 from workers.index.targets import EPISODIC, dense_search_target
 from workers.read.request import ContextCall, layout_of
-from workers.read.sql import PostgresRecall, versions_from_rows
+from workers.read.semantic import KnowledgeRecall
+from workers.read.sql import versions_from_rows
 from workers.read.vectors import VectorRecall
 
 log = logging.getLogger(__name__)
@@ -62,7 +63,8 @@ def assemble_for(
         )
 
     scope = RecallScope(tenant_id=call.tenant_id, task_id=request.task_id, now=now)
-    store = PostgresRecall(clients.pool, versions_from_rows=versions_from_rows(clients.pool))
+    # Episodes and the tenant's knowledge, on one pipelined connection.
+    store = KnowledgeRecall(clients.pool, versions_from_rows=versions_from_rows(clients.pool))
     # Offline, the pipeline's rules see more than the port's would (local scores, feedback).
     remote = clients.llm if clients.settings.llm_is_remote else None
     # The dense search fuses in the step's context (phase and focus), so the focus is decided
@@ -78,7 +80,7 @@ def assemble_for(
             fusion_weights(request.phase),
         ),
     )
-    recallers = Recallers(dense=dense, sparse=store, temporal=store, store=store)
+    recallers = Recallers(dense=dense, sparse=store, temporal=store, store=store, knowledge=store)
     with store:
         return build_context(
             request,
@@ -95,8 +97,13 @@ def assemble_for(
 
 
 def delivered_memory_ids(context: AssembledContext) -> list[str]:
-    """The memories the context actually holds (what an access bump should count)."""
-    return [item.id for item in context.partition(Partition.RETRIEVED_MEMORY).items]
+    """The memories the context actually holds (what an access bump should count): the
+    episodes, not the knowledge beside them."""
+    return [
+        item.id
+        for item in context.partition(Partition.RETRIEVED_MEMORY).items
+        if item.knowledge is None
+    ]
 
 
 def answer_call(

@@ -13,7 +13,13 @@ from pydantic import ValidationError
 
 from config import Settings
 from pipelines.errors import InvalidInput
-from pipelines.read.budget import Partition, PartitionLayout, layout_from_budgets
+from pipelines.read.budget import (
+    Partition,
+    PartitionLayout,
+    check_context_budget,
+    fit_layout,
+    layout_from_budgets,
+)
 from pipelines.read.request import ContextRequest, check_context_request
 from pipelines.read.tokens import TokenCounter
 from pipelines.records import check_id, check_text
@@ -190,11 +196,16 @@ def check_context_call(
     layout: PartitionLayout,
     content_max_bytes: int,
 ) -> ContextCall:
-    """Every argument of ``MemoryClient.context``; InvalidInput names the field and limit."""
+    """Every argument of ``MemoryClient.context``; InvalidInput names the field and limit.
+
+    ``layout`` is the configured one: a budget below its total is checked against it scaled
+    (``fit_layout``), down to its floor (``context_floor_tokens``)."""
     tenant = check_id("tenant_id", tenant_id)
     session = check_id("session_id", session_id, required=False)
+    budget = check_context_budget(budget_tokens, layout)
+    fitted = fit_layout(layout, budget)
     request = check_context_request(
-        task_id, query, budget_tokens, phase, focus, counter=counter, layout=layout
+        task_id, query, budget, phase, focus, counter=counter, layout=fitted
     )
     if system is None:
         system = ""

@@ -20,8 +20,11 @@ from pipelines.read.recall import MemoryVersion, MemoryView, RecallHit, RecallSc
 from pipelines.read.rewrite import extract_keywords
 from pipelines.read.sparse import feedback_terms
 from pipelines.records import Level, MemoryType
+from pipelines.text.words import has_han, raw_tokens
 
-# PostgreSQL's text search configuration: English stemming, like the pipeline's analyzer.
+# PostgreSQL's text search configuration: English stemming, like the pipeline's analyzer. Han
+# runs reach it as their bigrams on both sides (migration 0005 and ``tsquery_of``); it leaves
+# them as they are.
 TS_CONFIG = "english"
 
 # The scope in SQL. Two texts rather than ``(%(task)s IS NULL OR m.task_id = %(task)s)``: a
@@ -30,7 +33,8 @@ TS_CONFIG = "english"
 TASK_SCOPE_SQL = "m.tenant_id = %(tenant)s AND m.task_id = %(task)s"
 TENANT_SCOPE_SQL = "m.tenant_id = %(tenant)s"
 
-# ``search_tsv`` is to_tsvector(TS_CONFIG, content), kept for stored rows (migration 0004);
+# ``search_tsv`` is memories_search_vector(content): to_tsvector(TS_CONFIG, content) with its
+# Han runs as bigrams, kept for stored rows (migrations 0004 and 0005);
 # memories_search_idx (GIN over tenant_id, task_id, search_tsv) yields the task's matching
 # rows in one index scan, and only those are ranked.
 SPARSE_SQL = f"""
@@ -124,15 +128,28 @@ def tsquery_of(text: str) -> str:
     """An OR of the query's keywords for ``to_tsquery``, each quoted ('' when none).
 
     ``plainto_tsquery`` would AND them, and a question rarely shares every word with its
-    answer; PostgreSQL stems each quoted keyword itself. Memoised: every recaller of a
-    request asks for the same few texts.
+    answer; PostgreSQL stems each quoted keyword itself. A Chinese keyword asks for its
+    bigrams, the units its memories are indexed by (``pipelines.text.words.raw_tokens``, as
+    migration 0005 segments them), each once. Memoised: every recaller of a request asks for
+    the same few texts.
     """
     terms = []
+    bigrams: set[str] = set()
     for word in extract_keywords(text)[:64]:
-        cleaned = word.replace("\\", " ").replace("'", " ").replace(":", " ").strip()
-        if cleaned:
-            terms.append("'" + cleaned + "'")
-    return " | ".join(terms)
+        if has_han(word):
+            for term in raw_tokens(word):
+                if term not in bigrams:
+                    bigrams.add(term)
+                    terms.append(_quoted(term))
+            continue
+        terms.append(_quoted(word))
+    return " | ".join(term for term in terms if term)
+
+
+def _quoted(word: str) -> str:
+    """A keyword as one quoted ``to_tsquery`` operand ('' when nothing is left of it)."""
+    cleaned = word.replace("\\", " ").replace("'", " ").replace(":", " ").strip()
+    return "'" + cleaned + "'" if cleaned else ""
 
 
 def _scope_params(scope: RecallScope) -> dict[str, Any]:

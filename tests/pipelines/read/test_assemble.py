@@ -137,7 +137,7 @@ def test_a_good_request_is_normalised() -> None:
         ({"task_id": ""}, "task_id", "malformed"),
         ({"task_id": None}, "task_id", "required"),
         ({"task_id": 7}, "task_id", "must be a string"),
-        ({"budget_tokens": 10_000}, "budget_tokens", "fixed partitions"),
+        ({"budget_tokens": 3_000}, "budget_tokens", "smallest context is 4000 tokens"),
         ({"budget_tokens": "64k"}, "budget_tokens", "integer"),
         ({"budget_tokens": 64_000.5}, "budget_tokens", "integer"),
         ({"budget_tokens": 10**9}, "budget_tokens", "largest context"),
@@ -157,7 +157,7 @@ def test_bad_requests_name_the_field(
 def test_size_errors_carry_the_limit() -> None:
     with pytest.raises(InvalidInput) as err:
         request(budget_tokens=1_000)
-    assert err.value.limit == ">= 24003 tokens"
+    assert err.value.limit == ">= 4000 tokens"
     with pytest.raises(InvalidInput) as err:
         request(query="a1 " * 5_000)
     assert err.value.limit == f"{QUERY_MAX_TOKENS} tokens"

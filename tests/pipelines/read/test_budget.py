@@ -25,19 +25,24 @@ from pipelines.read.assemble import (
 from pipelines.read.budget import (
     DEFAULT_LAYOUT,
     MAX_BUDGET_TOKENS,
+    MIN_CONTEXT_TOKENS,
+    PARTITION_MIN_TOKENS,
     Partition,
     PartitionLayout,
     PartitionSpec,
     allocate_budgets,
     check_budget,
+    check_context_budget,
+    context_floor_tokens,
     density_of,
     eviction_score,
+    fit_layout,
     layout_from_budgets,
 )
 from pipelines.read.focus import InfoKind, directive_from_kinds
-from pipelines.read.recall import Candidate, MemoryVersion, MemoryView
+from pipelines.read.recall import Candidate, KnowledgeView, MemoryVersion, MemoryView
 from pipelines.read.request import ContextRequest
-from pipelines.read.retrieve import RetrievalResult
+from pipelines.read.retrieve import KnowledgeCandidate, RetrievalResult
 from pipelines.read.rewrite import offline_rewrite
 from pipelines.read.window import Turn
 from pipelines.records import Level, MemoryType
@@ -340,3 +345,208 @@ def test_the_whole_never_exceeds_the_total(
         assert partition.used_tokens <= budgets[partition.name]
         assert partition.budget_tokens == budgets[partition.name]
     assert context.total_tokens == DEEPSEEK.count(context.text) <= total
+
+
+# -- budgets below the layout's total ------------------------------------------------------
+
+
+def test_small_budgets_shrink_every_partition_in_proportion() -> None:
+    # given the default layout (128k in all) and the budgets of a 12k, 16k and 32k model
+    for budget, scale in ((12_000, 12 / 128), (16_000, 16 / 128), (32_000, 32 / 128)):
+        # when the budget is laid out
+        budgets = allocate_budgets(fit_layout(DEFAULT_LAYOUT, budget), budget)
+        # then every partition, fixed ones too, is its default size times budget / 128k
+        assert sum(budgets.values()) == budget
+        for spec in DEFAULT_LAYOUT.specs:
+            assert budgets[spec.name] == pytest.approx(spec.budget_tokens * scale, abs=1)
+        assert fit_layout(DEFAULT_LAYOUT, budget).spec(Partition.SYSTEM).fixed
+
+
+def test_at_the_floor_every_partition_keeps_its_minimum() -> None:
+    # given the smallest context served
+    assert context_floor_tokens(DEFAULT_LAYOUT) == MIN_CONTEXT_TOKENS == 4_000
+    # when it is laid out, with the focus shrinking the retrieved memory as far as it can
+    shifts = {Partition.RETRIEVED_MEMORY: 0.5, Partition.SCRATCH: 0.5}
+    budgets = allocate_budgets(fit_layout(DEFAULT_LAYOUT, 4_000), 4_000, shifts)
+    # then the partitions whose share is under their minimum get the minimum, the others
+    # share the rest in proportion
+    assert budgets[Partition.SYSTEM] == PARTITION_MIN_TOKENS[Partition.SYSTEM] == 256
+    assert budgets[Partition.TASK_CONTEXT] == PARTITION_MIN_TOKENS[Partition.TASK_CONTEXT]
+    assert sum(budgets.values()) == 4_000
+    for name, minimum in PARTITION_MIN_TOKENS.items():
+        assert budgets[name] >= minimum, name
+    assert budgets[Partition.RECENT_INTERACTIONS] > budgets[Partition.RETRIEVED_MEMORY]
+
+
+@pytest.mark.parametrize("value", [3_999, 1_000, 0, -5])
+def test_below_the_floor_the_error_names_the_budget_and_the_floor(value: int) -> None:
+    with pytest.raises(InvalidInput, match="smallest context is 4000 tokens") as err:
+        check_context_budget(value, DEFAULT_LAYOUT)
+    assert err.value.field == "budget_tokens"
+    assert err.value.limit == ">= 4000 tokens"
+    with pytest.raises(InvalidInput, match="must be an integer"):
+        check_context_budget(12_000.0, DEFAULT_LAYOUT)
+    with pytest.raises(InvalidInput, match="largest context"):
+        check_context_budget(MAX_BUDGET_TOKENS + 1, DEFAULT_LAYOUT)
+
+
+def test_the_default_total_and_larger_budgets_keep_the_configured_layout() -> None:
+    # given budgets from the default total up
+    for budget in (128_000, 200_000, MAX_BUDGET_TOKENS):
+        # then the layout is the configured one itself, laid out exactly as before
+        assert fit_layout(DEFAULT_LAYOUT, budget) is DEFAULT_LAYOUT
+    # and one token below the total, no partition moves by more than a rounding token
+    below = allocate_budgets(fit_layout(DEFAULT_LAYOUT, 127_999), 127_999)
+    for spec in DEFAULT_LAYOUT.specs:
+        assert spec.budget_tokens - 1 <= below[spec.name] <= spec.budget_tokens
+
+
+def test_a_layout_configured_below_the_floor_is_served_from_its_own_total() -> None:
+    # given a layout whose partitions add up to 750 tokens
+    layout = layout_from_budgets(
+        {"system": 60, "task_context": 80, "retrieved_memory": 200,
+         "recent_interactions": 300, "working_variables": 60, "scratch": 50}
+    )  # fmt: skip
+    # then its own total is its floor, and below it the error names that floor
+    assert context_floor_tokens(layout) == 750
+    assert check_context_budget(750, layout) == 750
+    with pytest.raises(InvalidInput) as err:
+        check_context_budget(749, layout)
+    assert err.value.limit == ">= 750 tokens"
+
+
+@given(
+    layout=layouts(),
+    budget=st.integers(MIN_CONTEXT_TOKENS, 400_000),
+    shifts=st.dictionaries(st.sampled_from(list(Partition)), shift_values),
+)
+@settings(max_examples=300)
+def test_any_budget_from_the_floor_up_is_laid_out_within_itself(
+    layout: PartitionLayout, budget: int, shifts: dict[Partition, float]
+) -> None:
+    # given any configured layout and a budget from the floor up
+    fitted = fit_layout(layout, budget)
+    # when it is allocated, with any focus
+    budgets = allocate_budgets(fitted, budget, shifts)
+    # then the partitions add up to the budget exactly, each at least its minimum
+    assert sum(budgets.values()) == budget
+    assert list(budgets) == [spec.name for spec in layout.specs]
+    total = layout.default_total_tokens
+    for spec in layout.specs:
+        if budget >= total:
+            assert fitted is layout
+            continue
+        assert budgets[spec.name] >= min(PARTITION_MIN_TOKENS[spec.name], spec.budget_tokens)
+        if spec.fixed:
+            # a fixed partition is scaled with the budget, never moved by the focus
+            assert budgets[spec.name] == allocate_budgets(fitted, budget)[spec.name]
+            assert budgets[spec.name] <= max(
+                spec.budget_tokens * budget / total + 1, PARTITION_MIN_TOKENS[spec.name]
+            )
+
+
+@given(smaller=st.integers(MIN_CONTEXT_TOKENS, 127_998), more=st.integers(1, 60_000))
+def test_a_larger_budget_never_takes_a_partition_more_than_a_rounding_token(
+    smaller: int, more: int
+) -> None:
+    larger = min(smaller + more, 127_999)
+    low = allocate_budgets(fit_layout(DEFAULT_LAYOUT, smaller), smaller)
+    high = allocate_budgets(fit_layout(DEFAULT_LAYOUT, larger), larger)
+    for name in Partition:
+        assert high[name] >= low[name] - 1  # largest remainders may trade a token
+
+
+@st.composite
+def crowded_sources(draw: st.DrawFn) -> tuple[ContextSources, RetrievalResult]:
+    """Sources that overflow a small context everywhere: tens of long memories, turns,
+    variables and notes, some of them in Chinese, and knowledge among the memories."""
+    # a drawn text repeated: long lines from little entropy
+    long_text = st.tuples(text, st.integers(2, 12)).map(lambda pair: " ".join([pair[0]] * pair[1]))
+    memories = [
+        Candidate(
+            memory=MemoryView(
+                id=f"m{i}",
+                content=draw(long_text),
+                timestamp=NOW - timedelta(hours=i),
+                versions=(MemoryVersion(level=Level.L1, content=draw(text)),),
+            ),
+            relevance=draw(st.floats(0, 1)),
+            priority=1.0 - i / 100,
+        )
+        for i in range(draw(st.integers(10, 40)))
+    ]
+    knowledge = [
+        KnowledgeCandidate(
+            knowledge=KnowledgeView(
+                id=f"k{i}",
+                kind=draw(st.sampled_from(["preference", "convention", None])),
+                content=draw(st.sampled_from(["周报请用简洁的要点式", draw(long_text)])),
+                confidence=draw(st.floats(0, 1)),
+                conditions=draw(st.none() | text),
+                updated_at=NOW,
+            ),
+            relevance=draw(st.floats(0, 1)),
+            priority=draw(st.floats(0, 1.2)),
+        )
+        for i in range(draw(st.integers(0, 6)))
+    ]
+    retrieval = RetrievalResult(
+        candidates=tuple(memories),
+        variants=offline_rewrite("q"),
+        focus=directive_from_kinds([InfoKind.FACTS], []),
+        depth=0,
+        reranker="none",
+        recalled={},
+        knowledge=tuple(sorted(knowledge, key=lambda k: -k.priority)),
+    )
+    return (
+        ContextSources(
+            system="You are the billing agent. 回答请简洁。",
+            task_context=(
+                ContextItem(id="goal", text=draw(long_text), must_keep=True),
+                *draw(items()),
+            ),
+            turns=tuple(
+                Turn(id=f"t{i}", speaker="user", content=draw(long_text), timestamp=NOW)
+                for i in range(draw(st.integers(5, 40)))
+            ),
+            variables=tuple(
+                WorkingVariable(key=f"k{i}", value=draw(long_text))
+                for i in range(draw(st.integers(0, 30)))
+            ),
+            scratch=tuple(draw(items())),
+        ),
+        retrieval,
+    )
+
+
+@given(
+    data=crowded_sources(),
+    budget=st.integers(MIN_CONTEXT_TOKENS, 20_000),
+    kinds=st.permutations(list(InfoKind)),
+)
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_a_small_context_keeps_every_partition_and_the_whole_within_budget(
+    data: tuple[ContextSources, RetrievalResult], budget: int, kinds: list[InfoKind]
+) -> None:
+    # given crowded sources and a budget from the floor to 20k
+    source, retrieval = data
+    focus = directive_from_kinds(kinds[:3], [])
+    request = ContextRequest(task_id="t", query="q", budget_tokens=budget)
+    # when they are assembled on the layout scaled to the budget, with the real tokenizer
+    layout = fit_layout(DEFAULT_LAYOUT, budget)
+    context = assemble_context(
+        request, source, counter=DEEPSEEK, focus=focus, now=NOW, retrieval=retrieval,
+        layout=layout,
+    )  # fmt: skip
+    # then no partition exceeds its budget and the whole never exceeds the request's
+    budgets = allocate_budgets(layout, budget, focus.partition_shifts())
+    assert sum(budgets.values()) == budget
+    for partition in context.partitions:
+        assert partition.budget_tokens == budgets[partition.name]
+        assert partition.used_tokens <= partition.budget_tokens, partition.name
+    assert context.total_tokens == DEEPSEEK.count(context.text) <= budget
+    # and the system prompt and the turn being answered are there
+    assert "You are the billing agent." in context.partition(Partition.SYSTEM).text
+    recent = context.partition(Partition.RECENT_INTERACTIONS)
+    assert recent.items[-1].id == source.turns[-1].id

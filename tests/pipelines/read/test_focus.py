@@ -157,3 +157,84 @@ def test_focus_validation() -> None:
     with pytest.raises(InvalidInput) as err:
         check_focus("x" * (FOCUS_HINT_MAX_CHARS + 1))
     assert err.value.limit == f"{FOCUS_HINT_MAX_CHARS} chars"
+
+
+# Chinese: the same rules, cue words with no spaces around them.
+
+
+def test_chinese_weights_are_ranked_and_sum_to_one() -> None:
+    directive = offline_focus("为什么决定换成 Postgres？")
+    weights = [item.weight for item in directive.kinds]
+    assert weights == sorted(weights, reverse=True)
+    assert sum(weights) == pytest.approx(1.0)
+    assert directive.top is InfoKind.DECISIONS
+
+
+@pytest.mark.parametrize(
+    ("query", "phase", "top"),
+    [
+        ("选择这个方案的原因是什么？", None, InfoKind.DECISIONS),
+        ("部署失败了，报错是什么？", None, InfoKind.ERRORS),
+        ("这到底是怎么回事？", None, InfoKind.ERRORS),
+        ("王经理喜欢什么样的周报格式？", None, InfoKind.PREFERENCES),
+        ("认证模块的进度怎么样？", None, InfoKind.STATE),
+        ("配置文件的路径在哪里？", None, InfoKind.IDENTIFIERS),
+        ("认证模块什么时候上线？", None, InfoKind.TEMPORAL),
+        ("2027年3月1日之前", None, InfoKind.TEMPORAL),
+        ("我们刚才做了什么？", None, InfoKind.RECENT_ACTIVITY),
+        ("如何搭建测试环境？", None, InfoKind.PROCEDURES),
+        ("介绍一下账单", TaskPhase.DEBUGGING, InfoKind.ERRORS),
+        ("介绍一下账单", TaskPhase.PLANNING, InfoKind.DECISIONS),
+        ("介绍一下账单", None, InfoKind.FACTS),
+    ],
+)
+def test_chinese_rules_pick_the_kind_a_step_needs(
+    query: str, phase: TaskPhase | None, top: InfoKind
+) -> None:
+    assert offline_focus(query, phase).top is top
+
+
+def test_how_is_it_going_asks_for_state_not_a_procedure() -> None:
+    # 怎么 asks how to do something; 怎么样 how things stand
+    assert offline_focus("怎么部署？").top is InfoKind.PROCEDURES
+    going = offline_focus("认证模块现在怎么样？")
+    assert going.top is InfoKind.STATE
+    assert going.weight(InfoKind.PROCEDURES) == 0
+
+
+def test_english_cues_touching_chinese_still_count() -> None:
+    # an English word or an identifier right next to a Han character is still a word
+    assert offline_focus("deploy失败了").weight(InfoKind.ERRORS) > 0
+    assert offline_focus("deploy失败了").weight(InfoKind.PROCEDURES) > 0
+    assert offline_focus("PAY-12已完成了吗").weight(InfoKind.IDENTIFIERS) > 0
+
+
+def test_chinese_hint_counts_more_than_the_query() -> None:
+    directive = offline_focus("介绍一下支付", hint="最近的报错")
+    assert directive.weight(InfoKind.ERRORS) > directive.weight(InfoKind.FACTS)
+    assert directive.terms == ("介绍", "支付", "最近", "报错")
+
+
+def test_chinese_focus_shifts_partition_budgets_toward_what_it_needs() -> None:
+    # given a debugging focus and a planning focus in Chinese at the same total
+    recent = offline_focus("刚才做了什么？又失败了", TaskPhase.DEBUGGING)
+    memory = offline_focus("为什么决定采用这个方案？", TaskPhase.PLANNING)
+    # when budgets are allocated
+    a = allocate_budgets(DEFAULT_LAYOUT, 128_000, recent.partition_shifts())
+    b = allocate_budgets(DEFAULT_LAYOUT, 128_000, memory.partition_shifts())
+    # then the recent window grows for debugging, retrieved memory for planning
+    assert a[Partition.RECENT_INTERACTIONS] > b[Partition.RECENT_INTERACTIONS]
+    assert b[Partition.RETRIEVED_MEMORY] > a[Partition.RETRIEVED_MEMORY]
+
+
+def test_chinese_terms_fill_an_llm_directive() -> None:
+    answer = FocusDirective(kinds=(RankedKind(kind=InfoKind.STATE, weight=1.0),), source="llm")
+    directive = decide_focus("PAY-42 现在到哪一步了？", llm=FakeFocusLLM([answer]))
+    assert directive.terms[0] == "PAY-42"
+
+
+def test_malformed_llm_focus_falls_back_to_chinese_rules() -> None:
+    llm = FakeFocusLLM([MalformedLLMOutput("x"), MalformedLLMOutput("y")])
+    directive = decide_focus("什么时候上线的？", llm=llm)
+    assert directive.source == "offline-fallback"
+    assert directive.top is InfoKind.TEMPORAL

@@ -3,6 +3,8 @@ to tier 3."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from pipelines.errors import MalformedLLMOutput, TransientLLMError
@@ -142,3 +144,72 @@ def test_the_callers_type_wins_over_the_guess() -> None:
     llm = ScriptedLLM([judgement(True, 0.9)])
     outcome = decide_write("the sky is grey", MemoryType.FEEDBACK, llm)
     assert outcome.type is MemoryType.FEEDBACK
+
+
+@pytest.mark.parametrize(
+    ("english", "chinese"),
+    [
+        ("ok thanks", "收到，谢谢"),
+        ("okay thanks", "好的，谢谢"),
+        ("understood", "明白了"),
+        ("mhm", "嗯嗯"),
+        ("thank you very much", "辛苦了！"),
+        ("noted", "收到"),
+        ("OK!!", "OK的"),
+        ("ok thank you", "ＯＫ的，没问题～"),
+        ("great thanks", "好的好的，收到啦"),
+        ("got it", "收到，thanks 🙏"),
+    ],
+)
+def test_acknowledgements_and_their_combinations_stop_at_tier_one(
+    english: str, chinese: str
+) -> None:
+    # given an English acknowledgement and a Chinese one run together with a comma or none
+    # when tier 1 reads them
+    verdicts = [tier1_filter(english), tier1_filter(chinese)]
+
+    # then both are dropped as bare acknowledgements, normalised the same way
+    assert [v.keep for v in verdicts] == [False, False]
+    assert all(v.reason.startswith("bare acknowledgement") for v in verdicts)
+
+
+@pytest.mark.parametrize(
+    ("english", "chinese"),
+    [
+        ("ok, deploy to eu-west-1", "收到，明天部署到生产环境"),
+        ("thanks, the fix is in billing/webhooks.py", "谢谢，修复在 billing/webhooks.py 里"),
+        ("ok, Priya owns payments", "好的，支付模块交给张工"),
+        ("no, use PostgreSQL", "不对，用 PostgreSQL"),
+        ("sure, it is done now", "好的，PAY-12 已合并"),
+        ("thanks, ship it Friday", "谢谢，周五上线"),
+    ],
+)
+def test_an_acknowledgement_with_content_passes_tier_one(english: str, chinese: str) -> None:
+    assert tier1_filter(english).keep
+    assert tier1_filter(chinese).keep
+
+
+def test_english_combinations_are_matched_whole_and_chinese_ones_by_pieces() -> None:
+    # given acknowledgement words combined in a way the English list does not hold
+    # then English keeps matching whole phrases only (as it always has), while a Chinese
+    # message made of acknowledgement pieces is one, English pieces included
+    assert tier1_filter("ok cool").keep
+    assert not tier1_filter("好的，cool").keep
+
+
+def test_a_line_with_a_speaker_is_left_to_tier_two() -> None:
+    # given acknowledgements prefixed by their speaker, in both languages
+    # then tier 1 (whole messages only) keeps both for the next tiers to judge
+    assert tier1_filter("Dana: ok").keep
+    assert tier1_filter("王经理：收到").keep
+
+
+@pytest.mark.parametrize("content", ["ha " * 13 + "x", "哈" * 39 + "x", "嗯嗯" * 19 + "?x"])
+def test_a_long_run_of_pieces_is_judged_in_linear_time(content: str) -> None:
+    # given a message of repeated pieces that ends in content (a regex of alternatives
+    # under "+" would try every way to split it: seconds at 30 characters)
+    started = time.perf_counter()
+
+    # when tier 1 reads it, then it is kept, at once
+    assert tier1_filter(content).keep
+    assert time.perf_counter() - started < 0.05

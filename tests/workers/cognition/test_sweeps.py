@@ -1,11 +1,12 @@
 """Background cognition's service against the real PostgreSQL and Redis, called directly
-(no worker process): compression, quality rollback, decay, consolidation, links, idempotency
-and the crash of a compression half-way through its transaction."""
+(no worker process): compression, quality rollback, decay, consolidation, links, idempotency,
+the crash of a compression half-way through its transaction, and the retries of a task
+summary by the compression sweep."""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -14,6 +15,9 @@ import pytest
 
 from pipelines.write.request import prepare_write
 from tests.support.project_history import TASK, TENANT, history
+from tests.support.project_history_zh import TASK as TASK_ZH
+from tests.support.project_history_zh import TENANT as TENANT_ZH
+from tests.support.project_history_zh import history_zh
 from workers.activity import mark_activity
 from workers.clients import Clients
 from workers.cognition.compress import complete_task, compress_step, schedule_compression
@@ -48,7 +52,7 @@ def store(
         db.execute(
             "INSERT INTO memories (id, tenant_id, user_id, agent_id, task_id, session_id, ts, "
             "content, content_hash, importance, status, embedding_version) "
-            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 'stored', 'hashing-v1/64')",
+            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 'stored', 'hashing-v2/64')",
             (
                 new.id,
                 new.tenant_id,
@@ -445,3 +449,64 @@ def test_a_finished_task_gets_one_l3_summary_of_what_is_live(ctx, db) -> None:  
         ).fetchone()[0]
         == 1
     )
+
+
+def task_summaries(db: psycopg.Connection[Any]) -> list[tuple[int, str, list[uuid.UUID], str]]:
+    """(version, status, parents, verdict) of every L3 row, oldest version first."""
+    rows = db.execute(
+        "SELECT m.version, m.status, m.parent_ids, coalesce(q.verdict, '') FROM memories m "
+        "LEFT JOIN quality_reports q ON q.summary_id = m.id WHERE m.level = 3 "
+        "ORDER BY m.version"
+    ).fetchall()
+    return [(v, s, sorted(p), verdict) for v, s, p, verdict in rows]
+
+
+@pytest.mark.parametrize(
+    ("make_history", "tenant", "task"),
+    [(history, TENANT, TASK), (history_zh, TENANT_ZH, TASK_ZH)],
+    ids=["en", "zh"],
+)
+def test_a_rolled_back_task_summary_is_made_again_by_the_compression_sweep(  # type: ignore[no-untyped-def]
+    ctx,
+    db,
+    make_history: Callable[[datetime], list[dict[str, Any]]],
+    tenant: str,
+    task: str,
+) -> None:
+    # given two weeks of a project, compressed once and checked, then declared finished;
+    # its task summary (L3, 200:1 of two weeks) loses facts and is rolled back
+    store(db, make_history(START))
+    run_to_end(compress_step, ctx, "compress", END, key="c0")
+    run_to_end(quality_step, ctx, "quality", END, key="q0")
+    assert complete_task(ctx, tenant, task, END)["created"] is True
+    run_to_end(quality_step, ctx, "quality", END, key="q1")
+    ((first, status, parents, verdict),) = task_summaries(db)
+    assert (status, verdict) == ("retired", "rollback")
+
+    # when the compression sweep and the quality sweep alternate (complete_task is not
+    # called again: it is one shot)
+    for round_ in range(2, 6):
+        outcome = run_to_end(compress_step, ctx, "compress", END, key=f"c{round_}")
+        run_to_end(quality_step, ctx, "quality", END, key=f"q{round_}")
+        summaries = task_summaries(db)
+
+        # then each round made the next version over the very same parents
+        assert outcome.stats.get("l3_created") == 1
+        assert [s[0] for s in summaries] == list(range(first, first + round_))
+        assert all(s[2] == parents for s in summaries)
+        if summaries[-1][1] == "stored":
+            break
+    # and one was kept at last (annotate-only once the parents resisted), covering them all
+    *retired, (_, status, _, verdict) = task_summaries(db)
+    assert (status, verdict) == ("stored", "keep")
+    assert {s[1] for s in retired} == {"retired"}
+    live = db.execute(
+        "SELECT level, count(*) FROM memories WHERE status = 'stored' AND superseded_by IS NULL "
+        "GROUP BY 1"
+    ).fetchall()
+    assert live == [(3, 1)]
+
+    # and with nothing left to retry, another sweep makes no task summary
+    again = run_to_end(compress_step, ctx, "compress", END, key="after")
+    assert "l3_created" not in again.stats
+    assert len(task_summaries(db)) == len(retired) + 1

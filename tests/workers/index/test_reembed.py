@@ -86,8 +86,8 @@ def test_a_model_change_re_embeds_everything_into_a_new_generation(owner, db, mo
     alias = ctx.episodic_collection
     old = ctx.vectors.resolve(alias)
     assert old == f"{alias}__g1"
-    assert ctx.vectors.embedding_version(alias) == "hashing-v1/64"
-    assert set(_live(db).values()) == {"hashing-v1/64"}
+    assert ctx.vectors.embedding_version(alias) == "hashing-v2/64"
+    assert set(_live(db).values()) == {"hashing-v2/64"}
 
     # when the owner restarts with a 96-d embedder, batches of 10 and short steps
     ctx = _use_embedder(
@@ -96,7 +96,7 @@ def test_a_model_change_re_embeds_everything_into_a_new_generation(owner, db, mo
         MEMHARNESS_INDEX_BATCH_SIZE="10",
         MEMHARNESS_SWEEP_DEADLINE_S="0.001",
     )
-    assert ctx.embedder.version == "hashing-v1/96"
+    assert ctx.embedder.version == "hashing-v2/96"
     # then dense search is off until the new generation is complete
     assert dense_search_target(ctx, EPISODIC) is None
     assert reembed_status(ctx, [EPISODIC])[EPISODIC]["state"] == "due"
@@ -106,7 +106,7 @@ def test_a_model_change_re_embeds_everything_into_a_new_generation(owner, db, mo
     assert checked["phase"] == "embed" and checked["done"] == 0 and checked["total"] == 25
     target = checked["target"]
     assert target == f"{alias}__g2"
-    assert ctx.vectors.embedding_version(target) == "hashing-v1/96"
+    assert ctx.vectors.embedding_version(target) == "hashing-v2/96"
     run_id, cursor = checked["run_id"], "embed:"
     # and a second check during the run starts nothing new
     assert owner_check_index_task(["episodic"])["episodic"]["reembed"]["run_id"] == run_id
@@ -123,7 +123,7 @@ def test_a_model_change_re_embeds_everything_into_a_new_generation(owner, db, mo
             points = ctx.vectors.retrieve(target, written)
             assert {len(p.vector) for p in points} == {96} and len(points) == 2
             assert ctx.vectors.retrieve(old, written) == []
-            assert {_live(db)[i] for i in written} == {"hashing-v1/96"}
+            assert {_live(db)[i] for i in written} == {"hashing-v2/96"}
         if outcome["finished"]:
             break
         assert dense_search_target(ctx, EPISODIC) is None
@@ -144,12 +144,12 @@ def test_a_model_change_re_embeds_everything_into_a_new_generation(owner, db, mo
     assert old not in ctx.vectors.collections()
     live = _live(db)
     assert set(live) == set(first) | set(written)
-    assert set(live.values()) == {"hashing-v1/96"}
+    assert set(live.values()) == {"hashing-v2/96"}
     assert index_ids(ctx.vectors, alias, 100) == set(live)
     points = ctx.vectors.retrieve(alias, sorted(live))
     assert {len(p.vector) for p in points} == {96}
     assert {len(p.context or []) for p in points} == {96}
-    assert {p.payload["embedding_version"] for p in points} == {"hashing-v1/96"}
+    assert {p.payload["embedding_version"] for p in points} == {"hashing-v2/96"}
     assert dense_search_target(ctx, EPISODIC) == alias
     status = reembed_status(ctx, [EPISODIC])[EPISODIC]
     assert status["state"] == "current" and status["run"]["finished"] is True
@@ -214,12 +214,12 @@ def test_the_first_write_after_the_change_starts_the_run_and_maintenance_waits(
     # then the unfinished run is abandoned with its generation, and a new one starts
     assert checked["run_id"] != status["run"]["run_id"]
     assert target not in ctx.vectors.collections()
-    assert ctx.vectors.embedding_version(checked["target"]) == "hashing-v1/80"
+    assert ctx.vectors.embedding_version(checked["target"]) == "hashing-v2/80"
     abandoned = db.execute(
         "SELECT stats->>'abandoned', finished_at IS NOT NULL FROM cognition_runs WHERE run_id = %s",
         (uuid.UUID(status["run"]["run_id"]),),
     ).fetchone()
-    assert abandoned == ("the embedder is now hashing-v1/80", True)
+    assert abandoned == ("the embedder is now hashing-v2/80", True)
     assert dense_search_target(ctx, EPISODIC, max_age_s=60) is None
     # and driven to the end it verifies 5 points
     cursor = "embed:"
@@ -230,7 +230,7 @@ def test_the_first_write_after_the_change_starts_the_run_and_maintenance_waits(
         cursor = outcome["cursor"]
     assert outcome["finished"] and outcome["stats"]["verified_points"] == 5
     assert ctx.vectors.resolve(alias) == checked["target"]
-    assert set(_live(db).values()) == {"hashing-v1/80"}
+    assert set(_live(db).values()) == {"hashing-v2/80"}
     # and a reader that accepts a young answer notices the switch that much later
     assert dense_search_target(ctx, EPISODIC, max_age_s=60) is None
     assert dense_search_target(ctx, EPISODIC) == alias
@@ -258,7 +258,7 @@ def test_a_store_from_before_versions_infers_its_version(owner, db) -> None:  # 
     assert dense_search_target(ctx, EPISODIC) == alias
     checked = owner_check_index_task(["episodic"])["episodic"]
     assert "reembed" not in checked
-    assert ctx.vectors.embedding_version(alias) == "hashing-v1/64"
+    assert ctx.vectors.embedding_version(alias) == "hashing-v2/64"
 
     # given rows that PostgreSQL says another model embedded
     ctx.vectors.close()
