@@ -57,6 +57,54 @@ def test_consolidation_reports_its_rate(capsys) -> None:  # type: ignore[no-unty
     assert float(result["memories_per_s"]) > 0
 
 
+def test_the_chinese_data_set_is_locomo_shaped_and_every_answer_is_in_its_evidence(
+    tmp_path: Path,
+) -> None:
+    from memharness.bench.compression import conversation_sources, evidence_ids
+    from memharness.bench.zh_project import generate, write
+
+    # given the generated set, written twice from the same seed
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    questions = write(first)
+    write(second)
+
+    # then it is the same file, and every question's evidence exists and holds its answer
+    assert first.read_bytes() == second.read_bytes()
+    samples = generate()
+    assert questions == sum(len(sample["qa"]) for sample in samples) > 200
+    for sample in samples:
+        turns = {
+            dia_id: memory
+            for rows in conversation_sources(sample).values()
+            for dia_id, memory in rows
+        }
+        asked = [qa["question"] for qa in sample["qa"]]
+        assert len(asked) == len(set(asked)), sample["sample_id"]  # one answer per question
+        for qa in sample["qa"]:
+            evidence = [turns[i] for i in evidence_ids(qa["evidence"])]
+            assert evidence, qa
+            if qa["category"] == 2:  # temporal: the session's date
+                assert any(m.timestamp.date().isoformat() == qa["answer"] for m in evidence)
+            else:
+                assert any(qa["answer"] in m.content for m in evidence), qa
+    assert {qa["category"] for sample in samples for qa in sample["qa"]} == {1, 2, 3, 4}
+
+
+def test_the_chinese_runs_of_compression_and_consolidation(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    from memharness.bench.compression import run as compression
+    from memharness.bench.consolidation import run as consolidation
+    from memharness.bench.zh_project import write
+
+    path = tmp_path / "zh.json"
+    write(path)
+    assert compression(str(path), limit=1, lang="zh") == 0
+    result = last_json(capsys)
+    assert result["lang"] == "zh" and float(result["fact_recall_l1"]) > 0.5
+    assert consolidation(None, memories=400, batch=100, lang="zh") == 0
+    result = last_json(capsys)
+    assert result["source"] == "generated-zh" and result["created"] > 0
+
+
 @pytest.mark.integration
 def test_checkpoint_reports_its_percentiles(db, settings, capsys) -> None:  # type: ignore[no-untyped-def]
     from memharness.bench.checkpoint import run
