@@ -59,11 +59,11 @@ from pipelines.text.identifiers import (
     is_capitalised_name,
 )
 from pipelines.text.words import (
-    CJK_STOPWORDS,
     FILLERS,
     HAN,
+    HAN_SEPARATOR_CHARS,
+    HAN_SEPARATOR_WORDS,
     NEGATIONS,
-    PARTICLES,
     REACTIONS,
     STOPWORDS,
     content_tokens,
@@ -180,14 +180,8 @@ _PRONOUN_ZH_RE = re.compile(r"(?<![其吉])[他她](?![们人])|[你您](?!们)"
 # at which ``pipelines.text.words`` cuts a run into bigrams (so every content bigram of the
 # original survives), except the negations, which carry the meaning ("没有报错").
 _HAN_FUNCTION_RE = re.compile(
-    "|".join(
-        sorted(
-            (w for w in CJK_STOPWORDS if len(w) > 1 and w not in {"没有", "不是", "有没"}),
-            key=len,
-            reverse=True,
-        )
-    )
-    + f"|[{''.join(sorted(PARTICLES))}是在和与及或把被给]"
+    "|".join(w for w in HAN_SEPARATOR_WORDS if w not in {"没有", "不是", "有没"})
+    + f"|[{''.join(sorted(HAN_SEPARATOR_CHARS))}]"
 )
 _HAN_OR_REST_RE = re.compile(f"([{HAN}]+)")
 _CJK_PUNCT_RE = re.compile(r"[，、；：“”‘’（）《》【】「」『』…—·～。！？]")

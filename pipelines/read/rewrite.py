@@ -27,7 +27,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from pipelines.errors import MalformedLLMOutput
 from pipelines.text.analyzer import SEARCH_STOPWORDS, analyze
-from pipelines.text.words import CJK_STOPWORDS, HAN, PARTICLES, han_bigrams, has_han, words
+from pipelines.text.identifiers import PERSON_RE
+from pipelines.text.words import (
+    CJK_STOPWORDS,
+    HAN,
+    HAN_SEPARATOR_CHARS,
+    has_han,
+    words,
+)
 
 # Variant weights in fusion: the literal question is the most trustworthy query; the
 # associative one reaches further and drifts further, so it counts least.
@@ -62,15 +69,10 @@ CJK_QUESTION_WORDS: frozenset[str] = words(
     是谁 是哪"""
 )
 # Where a Han run is cut into keyword phrases: the function words ``pipelines.text.words``
-# cuts its bigrams at (its multi-character stopwords, its particles, and the single
-# characters it cuts at, which are those ``han_bigrams`` keeps nothing of) and the question
-# words. Longest first, so 为什么 is cut whole before 什么.
+# cuts its bigrams at (its multi-character stopwords and ``HAN_SEPARATOR_CHARS``) and the
+# question words. Longest first, so 为什么 is cut whole before 什么.
 _KEYWORD_BREAK_CHARS = "".join(
-    sorted(
-        PARTICLES
-        | {w for w in CJK_STOPWORDS if len(w) == 1 and not han_bigrams(w)}
-        | {w for w in CJK_QUESTION_WORDS if len(w) == 1}
-    )
+    sorted(HAN_SEPARATOR_CHARS | {w for w in CJK_QUESTION_WORDS if len(w) == 1})
 )
 _KEYWORD_BREAK_RE = re.compile(
     "|".join(
@@ -86,19 +88,6 @@ _KEYWORD_BREAK_RE = re.compile(
 
 _CJK_QUOTED_RE = re.compile(
     r"「([^」]{1,80})」|『([^』]{1,80})』|《([^》]{1,80})》|【([^】]{1,80})】"
-)
-# People named with a title or a familiar prefix (张工, 王经理, 李总, 老王, 小李): Chinese has
-# no capitals to tell a name. Common surnames only, without those that mostly mean something
-# else in work talk (周 "week", 高 in 高工 "senior engineer", 于/何/方/金/白/石).
-_SURNAMES = (
-    "王李张刘陈杨黄赵吴徐孙马朱胡郭林罗郑梁谢宋唐许韩冯邓曹彭曾肖董袁潘蒋蔡杜叶程苏魏吕丁"
-    "沈姚卢姜崔钟谭陆汪范廖贾夏韦邹孟熊秦邱薛闫段雷侯史陶黎贺顾毛郝龚邵钱严武戴莫孔汤"
-)
-# A title is not one when the next character makes a common word of it: 工作, 工程, 总结, ...
-_TITLED_NAME_RE = re.compile(
-    f"(?:[{_SURNAMES}](?:工程师|经理|总监|主管|组长|老师|博士|教授|律师|医生|先生|女士|"
-    f"工(?![作程具资厂人业期序位单艺时会种地商科])|总(?![结体共是计额量数部线之算的]))"
-    f"|[老小][{_SURNAMES}])"
 )
 # A name opens a phrase (after a cut at a function word: 是张工, 和李工) or follows a verb
 # that introduces a person; inside a phrase, 紧张工作 holds 张工 without naming anyone.
@@ -207,7 +196,7 @@ def titled_names(text: str) -> list[str]:
     names: list[str] = []
     for run in _HAN_RUN_RE.findall(text):
         for phrase in han_phrases(run):
-            for match in _TITLED_NAME_RE.finditer(phrase):
+            for match in PERSON_RE.finditer(phrase):
                 start = match.start()
                 if start == 0 or phrase[start - 1] in _NAME_INTRODUCERS:
                     names.append(match.group())

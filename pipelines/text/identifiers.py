@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from pipelines.text.words import (
     CJK_STOPWORDS,
     HAN,
-    PARTICLES,
+    HAN_SEPARATOR_CHARS,
     STOPWORDS,
     fold,
     has_han,
@@ -57,6 +57,9 @@ _PERSON = (
     rf"|[{''.join(c for c in _SURNAMES if c not in _WORD_ENDING_SURNAMES)}]{_TITLES}"
     rf"|[小老][{_FAMILIAR_SURNAMES}](?![{_FAMILIAR_SURNAMES}])"
 )
+# People named with a title or a familiar prefix (张工, 王经理, 李总, 老王, 小李): Chinese
+# has no capitals to tell a name. The query rewrite finds them with the same rule.
+PERSON_RE = re.compile(_PERSON)
 
 # What names a module or a system; its name is the two Han characters before it (支付模块,
 # 认证服务), or 第三方 and at most two more (第三方网关, 第三方支付网关).
@@ -71,7 +74,7 @@ _NOT_A_NAME_START = frozenset("这那哪该此每各某其本整全所")
 _NOT_A_NAME = CJK_STOPWORDS | words(
     "相关 对应 上述 下游 上游 现有 原有 目前 整个 所有 全部 部分 其他 新的 旧的 多个 各个"
 )
-_NOT_IN_A_NAME = PARTICLES | frozenset("是在和与及或把被给个")
+_NOT_IN_A_NAME = HAN_SEPARATOR_CHARS | frozenset("个")
 
 _UNITS = (
     "% ％ 个月 个小时 个星期 小时 分钟 毫秒 秒 天 周 星期 年 月 日 号 万 亿 千 倍 元 块 人 个 "

@@ -108,16 +108,17 @@ def has_han(text: str) -> bool:
 # Single characters that are function words wherever they stand between content words
 # (是, 在, 和, ...). Others (对, 会, 要, 不, 过) start content words too (对接, 会议, 需要,
 # 不同, 过程) and are left inside the run.
-_SEPARATOR_CHARS = "是在和与及或把被给"
+# Every character a run is cut at, particles included: the one list the keyword rules, the
+# telegraphic compressor and the name detector cut or stop at too.
+HAN_SEPARATOR_CHARS: frozenset[str] = PARTICLES | frozenset("是在和与及或把被给")
+# The multi-character function words a run is cut at, longest first (为什么 before 什么).
+HAN_SEPARATOR_WORDS: tuple[str, ...] = tuple(
+    sorted((w for w in CJK_STOPWORDS if len(w) > 1), key=len, reverse=True)
+)
 
-
-def _separator_re() -> re.Pattern[str]:
-    multi = sorted((w for w in CJK_STOPWORDS if len(w) > 1), key=len, reverse=True)
-    singles = "".join(sorted(PARTICLES)) + _SEPARATOR_CHARS
-    return re.compile("|".join([*map(re.escape, multi), f"[{singles}]"]))
-
-
-_SEPARATOR_RE = _separator_re()
+_SEPARATOR_RE = re.compile(
+    "|".join([*map(re.escape, HAN_SEPARATOR_WORDS), f"[{''.join(sorted(HAN_SEPARATOR_CHARS))}]"])
+)
 
 
 def han_bigrams(run: str) -> list[str]:
