@@ -1,7 +1,15 @@
 """memory-harness: memory and resumable task state for long-running LLM agents."""
 
 from memharness.client import MemoryClient, WriteReceipt
-from pipelines.errors import InvalidInput
+from pipelines.errors import Conflict, InvalidInput, NotFound
 from pipelines.records import MemoryType, Modality
 
-__all__ = ["InvalidInput", "MemoryClient", "MemoryType", "Modality", "WriteReceipt"]
+__all__ = [
+    "Conflict",
+    "InvalidInput",
+    "MemoryClient",
+    "MemoryType",
+    "Modality",
+    "NotFound",
+    "WriteReceipt",
+]

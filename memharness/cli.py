@@ -10,9 +10,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from config import get_settings
+from memharness.bench.forget import register_bench as register_forget_bench
 from memharness.bench.retrieval_latency import register_bench as register_latency
 from memharness.checkpoint_cli import register as register_checkpoints
 from memharness.checkpoint_cli import register_bench
+from memharness.own_cli import register as register_own
+from memharness.owning_cli import register as register_owning
 
 
 def _cmd_migrate(args: argparse.Namespace) -> int:
@@ -193,9 +196,12 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--seed", type=int, default=20261203)
     register_bench(bench)
     register_latency(bench)
+    register_forget_bench(bench)
     p.set_defaults(func=_cmd_bench)
 
     register_checkpoints(sub)
+    register_own(sub)
+    register_owning(sub)
     return parser
 
 

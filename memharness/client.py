@@ -20,6 +20,7 @@ import redis
 from psycopg.rows import dict_row
 
 from config import Settings, get_settings
+from memharness.owning import Owning
 from pipelines.errors import InvalidInput
 from pipelines.records import (
     EpisodicMemory,
@@ -81,7 +82,7 @@ def run_plan(conn: Any, plan: Plan) -> WriteOutcome:
         return outcome
 
 
-class MemoryClient:
+class MemoryClient(Owning):
     """An agent's handle on its memory: ``record`` what happens, ask for the ``context`` of
     the next step, ``checkpoint`` / ``resume`` / ``rollback`` where the task is, and
     ``complete_task`` when it is done.
@@ -439,6 +440,46 @@ class MemoryClient:
         if isinstance(error, dict):
             raise InvalidInput.from_json(error)
         return AssembledContext.model_validate(answer["context"])
+
+    # -- listing and export ------------------------------------------------------------------
+
+    if TYPE_CHECKING:
+        from typing import TextIO
+
+        from pipelines.own.export_format import ExportCounts
+        from pipelines.own.listing import MemoryPage, SemanticPage
+        from workers.own.export import Progress as ExportProgress
+        from workers.own.imports import ImportCounts
+
+    def list_memories(self, tenant_id: str, **filters: Any) -> MemoryPage:
+        """A page of the tenant's memories, newest first (``workers.own.listing``): filters
+        task_id, type, level, status (default ``stored``; ``any`` adds tombstones), since,
+        cursor, limit (1-500). ``next_cursor`` is None on the last page."""
+        from workers.own.listing import list_memories
+
+        return list_memories(self._pool, tenant_id, **filters)
+
+    def list_semantic(self, tenant_id: str, **filters: Any) -> SemanticPage:
+        """A page of the tenant's semantic knowledge: filters kind, status, cursor, limit."""
+        from workers.own.listing import list_semantic
+
+        return list_semantic(self._pool, tenant_id, **filters)
+
+    def export(
+        self, tenant_id: str, out: TextIO, *, progress: ExportProgress | None = None
+    ) -> ExportCounts:
+        """Write the tenant as ``memharness.export/1`` JSON Lines to ``out``; the counts."""
+        from workers.own.export import export_tenant
+
+        return export_tenant(self._pool, tenant_id, out, progress=progress)
+
+    def import_file(
+        self, lines: Iterable[str | bytes], *, progress: ExportProgress | None = None
+    ) -> ImportCounts:
+        """Import an export file all or nothing; stored memories are re-embedded here."""
+        from workers.own.imports import import_file
+
+        return import_file(self._pool, lines, progress=progress, app=self._app)
 
     def wait_until_settled(
         self, memory_ids: Iterable[uuid.UUID], *, timeout_s: float = 30.0

@@ -36,6 +36,33 @@ class InvalidInput(ValueError):
         return cls(field, message, limit if isinstance(limit, str) else None)
 
 
+class NotFound(LookupError):
+    """Nothing the caller may see has this id: it does not exist, or it belongs to another
+    tenant (the two answers are the same, so an id's existence never leaks across tenants).
+    ``field`` names the argument that held the id."""
+
+    def __init__(self, field: str, value: str) -> None:
+        self.field = field
+        self.value = value
+        super().__init__(f"{field}: no {field.removesuffix('_id')} {value!r} in this tenant")
+
+    def to_json(self) -> dict[str, str]:
+        return {"field": self.field, "message": str(self).split(": ", 1)[1], "error": "not_found"}
+
+
+class Conflict(ValueError):
+    """The call is well formed but the memory's state refuses it (correcting a forgotten
+    memory, or a version that was already corrected): ``field`` names the argument."""
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        self.message = message
+        super().__init__(f"{field}: {message}")
+
+    def to_json(self) -> dict[str, str]:
+        return {"field": self.field, "message": self.message, "error": "conflict"}
+
+
 class LLMError(Exception):
     """Base of the errors an LLM adapter raises."""
 

@@ -64,6 +64,10 @@ class MemoryStatus(StrEnum):
     # Forgotten by the decay model: the row stays (a rollback may still read it), the vector
     # point is gone.
     EVICTED = "evicted"
+    # Replaced by a newer version (``corrected_by``): kept for history, never recalled.
+    CORRECTED = "corrected"
+    # Erased on request: a tombstone with its id, scope, time and reason, and no content.
+    FORGOTTEN = "forgotten"
 
 
 def check_id(field: str, value: object, *, required: bool = True) -> str | None:
@@ -197,8 +201,15 @@ class EpisodicMemory(BaseModel):
     metadata: dict[str, Any] = Field(default_factory=dict)
     status: MemoryStatus = MemoryStatus.PENDING
     status_reason: str | None = None
+    # Versions: a correction's row ``supersedes`` the one it replaced, which is ``corrected_by``
+    # it; ``change_reason`` says why (a correction's or an erasure's reason).
+    version: int = Field(1, ge=1)
+    supersedes: uuid.UUID | None = None
+    corrected_by: uuid.UUID | None = None
+    change_reason: str | None = None
+    forgotten_at: datetime | None = None
 
-    @field_validator("timestamp", "last_accessed_at")
+    @field_validator("timestamp", "last_accessed_at", "forgotten_at")
     @classmethod
     def _aware(cls, value: datetime | None) -> datetime | None:
         if value is not None and value.utcoffset() is None:

@@ -24,6 +24,7 @@ TASK_MODULES = (
     "workers.read.tasks",
     "workers.cognition.tasks",
     "workers.index.tasks",
+    "workers.own.tasks",
     "workers.probes",
 )
 

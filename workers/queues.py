@@ -41,6 +41,8 @@ class TaskName(StrEnum):
     CONSOLIDATE_TENANT = "memory.consolidate.tenant"
     DRAIN_EMBEDDINGS = "memory.embed.drain"
     LINK_MEMORIES = "memory.embed.link_memories"
+    # data ownership: corrections and erasures, on the store's owner
+    SETTLE_OWNERSHIP = "memory.embed.settle_ownership"
     # index: each job twice, on the store owner's queue and on maintenance (IndexJob)
     OWNER_CHECK_INDEX = "memory.embed.check_index"
     OWNER_REBUILD_INDEX = "memory.embed.rebuild_index"

@@ -39,6 +39,7 @@ PINNED_TASK_NAMES = {
     "memory.embed.compact_index": "embed",
     "memory.embed.reconcile_index": "embed",
     "memory.embed.reembed_step": "embed",
+    "memory.embed.settle_ownership": "embed",
     "memory.maintenance.check_index": "maintenance",
     "memory.maintenance.rebuild_index": "maintenance",
     "memory.maintenance.compact_index": "maintenance",

@@ -1,12 +1,12 @@
-"""Summaries into the index (``embed`` queue, the store's owner): new summary rows are
-embedded and their ``embedding_version`` recorded; retired and evicted rows are unindexed.
+"""Summaries and imported memories into the index (``embed`` queue, the store's owner): their
+rows are embedded (content and context vectors) and their ``embedding_version`` recorded;
+retired and evicted rows are unindexed.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from pipelines.index.vectors import VectorPoint
 from workers.clients import Clients
 from workers.cognition.sql import (
     close_jobs,
@@ -14,8 +14,9 @@ from workers.cognition.sql import (
 )
 from workers.db.jobs import EMBED_JOB, UNINDEX_JOB, claim_jobs
 from workers.db.rows import fetch_rows
+from workers.index.points import build_points
 from workers.index.reembed import write_target
-from workers.index.targets import EPISODIC, episodic_payload
+from workers.index.targets import EPISODIC, index_spec
 
 
 def drain_embeddings(ctx: Clients) -> dict[str, Any]:
@@ -30,17 +31,13 @@ def drain_embeddings(ctx: Clients) -> dict[str, Any]:
     todo = [(job, row) for job, row in todo if row["status"] == "stored"]
     version = ctx.embedder.version
     if todo:
-        vectors = ctx.embedder.embed([row["content"] for _, row in todo])
+        # Content and context vectors, as the drain and the rebuilds make them: a summary or an
+        # imported memory without its context vector would rank lower than its peers.
+        points = build_points(ctx.embedder, index_spec(settings, EPISODIC), [r for _, r in todo])
         # During a re-embed run the new generation takes the new model's vectors; raises
         # IndexNotReady (the jobs' leases then expire and they are retried) until it exists.
         collection = write_target(ctx, EPISODIC)
-        ctx.vectors.upsert(
-            collection,
-            [
-                VectorPoint(id=row["id"], vector=vector, payload=episodic_payload(row, version))
-                for (_, row), vector in zip(todo, vectors, strict=True)
-            ],
-        )
+        ctx.vectors.upsert(collection, points)
     with ctx.pool.connection() as conn:
         set_embedding_versions(
             conn, [(row["id"], version) for _, row in todo], [j.job_id for j in jobs]

@@ -19,7 +19,8 @@ from pipelines.cognition.link import (
     propose_causal_offline,
     similar_links,
 )
-from pipelines.records import EpisodicMemory
+from pipelines.own.contradict import contradicted
+from pipelines.records import EpisodicMemory, MemoryStatus
 from workers.clients import Clients
 from workers.cognition.sql import (
     insert_links,
@@ -29,6 +30,9 @@ from workers.cognition.sql import (
 from workers.db.jobs import WRITE_JOB, count_due_jobs
 from workers.db.rows import fetch_rows, row_to_memory
 from workers.index.targets import EPISODIC, dense_search_target
+from workers.own.correct import apply_supersessions
+from workers.publish import publish_quietly
+from workers.queues import TaskName
 
 # Entity links look at the tenant's most recent rows: 300 keeps a link step inside ~50 ms of
 # Python per memory with the offline extractor, and recent memories are the likely partners.
@@ -139,6 +143,14 @@ def link_memories(ctx: Clients, memory_ids: Sequence[uuid.UUID]) -> dict[str, An
         with ctx.pool.connection() as conn:
             stats["links"] += insert_links(conn, memory.tenant_id, memory.id, list(unique.values()))
         stats["linked"] += 1
+        # A later preference or decision that contradicts an older one supersedes it: the
+        # automatic path of corrections (pipelines.own.contradict).
+        found = contradicted(memory, [c for c in older if c.status == MemoryStatus.STORED])
+        if found:
+            with ctx.pool.connection() as conn:
+                stats["superseded"] = stats.get("superseded", 0) + apply_supersessions(conn, found)
+    if stats.get("superseded"):
+        publish_quietly(TaskName.SETTLE_OWNERSHIP)
     return stats
 
 

@@ -9,16 +9,21 @@ from workers.cognition.sql import (
     unlinked_ids,
 )
 from workers.db.jobs import EMBED_JOB, UNINDEX_JOB, count_due_jobs
+from workers.own.correct import SETTLE_JOB
+from workers.own.forget import due_requests
 from workers.publish import publish_quietly
 from workers.queues import TaskName
 
 
 def relay_cognition(ctx: Clients) -> dict[str, Any]:
-    """The safety net of the embed queue: overdue embed/unindex jobs, unlinked memories."""
+    """The safety net of the embed queue: overdue embed/unindex jobs, corrections and
+    erasures owed, unlinked memories."""
     grace_s = ctx.settings.relay_interval_s / 2
     with ctx.pool.connection() as conn:
         due = count_due_jobs(conn, kind=EMBED_JOB, grace_s=grace_s)
         due += count_due_jobs(conn, kind=UNINDEX_JOB, grace_s=grace_s)
+        # Corrections to settle and erasures owed: a lost message or a killed owner.
+        owed = count_due_jobs(conn, kind=SETTLE_JOB, grace_s=grace_s) + due_requests(conn)
         # A stored memory waits a few relay periods for the write hook's link task first.
         unlinked = unlinked_ids(
             conn,
@@ -27,6 +32,8 @@ def relay_cognition(ctx: Clients) -> dict[str, Any]:
         )
     if due:
         publish_quietly(TaskName.DRAIN_EMBEDDINGS)
+    if owed:
+        publish_quietly(TaskName.SETTLE_OWNERSHIP)
     if unlinked:
         publish_quietly(TaskName.LINK_MEMORIES, memory_ids=[str(i) for i in unlinked])
-    return {"due_jobs": due, "unlinked": len(unlinked)}
+    return {"due_jobs": due, "owed": owed, "unlinked": len(unlinked)}

@@ -14,7 +14,8 @@ from pipelines.records import EpisodicMemory, Level
 MEMORY_COLUMNS = (
     "id, tenant_id, user_id, agent_id, task_id, session_id, ts, type, content, summary, "
     "embedding_version, importance, access_count, last_accessed_at, related_ids, decay_factor, "
-    "level, modality, metadata, status, status_reason, version, parent_ids, superseded_by"
+    "level, modality, metadata, status, status_reason, version, parent_ids, superseded_by, "
+    "supersedes, corrected_by, change_reason, forgotten_at"
 )
 
 
@@ -42,6 +43,11 @@ def row_to_memory(row: Mapping[str, Any]) -> EpisodicMemory:
         metadata=row["metadata"] or {},
         status=row.get("status") or "stored",
         status_reason=row["status_reason"],
+        version=row.get("version") or 1,
+        supersedes=row.get("supersedes"),
+        corrected_by=row.get("corrected_by"),
+        change_reason=row.get("change_reason"),
+        forgotten_at=row.get("forgotten_at"),
     )
 
 

@@ -261,6 +261,55 @@ class WorkingMemoryPool:
             pipe.ltrim(key, 0, -(covered + 1))
         pipe.execute()
 
+    # -- corrections and erasures -------------------------------------------------------------
+
+    def rewrite(
+        self,
+        tenant_id: str,
+        task_id: str,
+        session_id: str,
+        *,
+        remove: set[str],
+        replace: dict[str, tuple[str, str]],
+    ) -> bool:
+        """Drop the turns of ``remove`` and give the turns of ``replace`` (old id -> (new id,
+        new content)) their corrected text; the session's window summaries go too, since any
+        of them may carry the old text (the turns are long-term memories, found again by
+        retrieval). Under the session's summary lock, so no reader folds the old text into a
+        new summary meanwhile; False when the lock is busy (the caller retries).
+        """
+        lock = lock_key(tenant_id, task_id, session_id)
+        token = uuid.uuid4().hex
+        if not self._redis.set(lock, token, nx=True, ex=SUMMARY_LOCK_S):
+            return False
+        try:
+            key = turns_key(tenant_id, task_id, session_id)
+            while True:
+                with self._redis.pipeline(transaction=True) as pipe:
+                    try:
+                        pipe.watch(key)  # type: ignore[no-untyped-call]
+                        kept: list[bytes | str] = []
+                        for raw in pipe.lrange(key, 0, -1):
+                            data = json.loads(raw)
+                            if data.get("id") in remove:
+                                continue
+                            if data.get("id") in replace:
+                                new_id, content = replace[data["id"]]
+                                data = {**data, "id": new_id, "content": content}
+                                raw = json.dumps(data, ensure_ascii=False)
+                            kept.append(raw)
+                        pipe.multi()
+                        pipe.delete(key, summaries_key(tenant_id, task_id, session_id))
+                        if kept:
+                            pipe.rpush(key, *kept)
+                            pipe.expire(key, self.ttl_s)
+                        pipe.execute()
+                        return True
+                    except redis.WatchError:
+                        continue  # a turn was pushed meanwhile: read the list again
+        finally:
+            self._release(lock, token)
+
     def _release(self, lock: str, token: str) -> None:
         # Only the holder deletes the lock (a lock that expired may be someone else's now).
         self._redis.eval(

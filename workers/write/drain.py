@@ -185,6 +185,16 @@ def process_batch(ctx: Clients, jobs: list[ClaimedJob], report: DrainReport) -> 
             reason = f"LLM refused the request: {type(exc).__name__}: {exc}"
             dead.append(DeadResult(job.job_id, job.memory_id, row["tenant_id"], reason))
             continue
+        if not outcome.keep and row.get("supersedes") is not None:
+            # A correction is the user's own word on what holds now: never dropped as noise.
+            outcome = outcome.model_copy(
+                update={
+                    "keep": True,
+                    "importance": max(outcome.importance, 0.5),
+                    "reason": f"{outcome.reason}; kept: it corrects memory {row['supersedes']}",
+                }
+            )
+            summary = _summarise(ctx, job, row["content"], fell_back)
         if outcome.keep:
             kept.append((job, row, outcome, summary))
         else:
@@ -269,9 +279,13 @@ def process_batch(ctx: Clients, jobs: list[ClaimedJob], report: DrainReport) -> 
             ]
 
     with ctx.pool.connection() as conn:
-        finish_batch(
+        moved_on = finish_batch(
             conn, stored=stored, discarded=discarded, dead=dead, retries=retries, done_job_ids=done
         )
+    if moved_on:
+        # Corrected or forgotten while this batch embedded them: the settle job may already
+        # have deleted their points, so delete the ones upserted above.
+        ctx.vectors.delete(collection, moved_on)
     report.stored += len(stored)
     report.discarded += len(discarded)
     report.dead += len(dead)

@@ -123,7 +123,7 @@ def fetch_memories(conn: Connection[Any], ids: Sequence[uuid.UUID]) -> dict[uuid
     with conn.cursor(row_factory=dict_row) as cur:
         cur.execute(
             "SELECT id, tenant_id, user_id, agent_id, task_id, session_id, ts, type, content, "
-            "level, modality, status, metadata FROM memories WHERE id = ANY(%s)",
+            "level, modality, status, metadata, supersedes FROM memories WHERE id = ANY(%s)",
             (list(ids),),
         )
         return {row["id"]: row for row in cur.fetchall()}
@@ -192,12 +192,15 @@ def finish_batch(
     dead: Sequence[DeadResult],
     retries: Sequence[RetryResult],
     done_job_ids: Sequence[int],
-) -> None:
+) -> list[uuid.UUID]:
     """Apply a whole batch in one transaction: the old state or the new, never half.
 
     Memory updates are conditional on ``status = 'pending'``; a job is closed only while it is
     still ``running`` under this claim, so a replay of the same batch changes nothing.
+    Returns the ids of ``stored`` that were corrected or forgotten while the batch ran: their
+    vector points were upserted for nothing and must go.
     """
+    moved_on: list[uuid.UUID] = []
     with conn.transaction(), conn.cursor() as cur:
         if stored:
             cur.executemany(
@@ -209,6 +212,14 @@ def finish_batch(
                     for r in stored
                 ],
             )
+            moved_on = [
+                row[0]
+                for row in cur.execute(
+                    "SELECT id FROM memories WHERE id = ANY(%s) "
+                    "AND status IN ('corrected', 'forgotten')",
+                    ([r.memory_id for r in stored],),
+                ).fetchall()
+            ]
         if discarded:
             cur.executemany(
                 "UPDATE memories SET status = 'discarded', status_reason = %s, type = %s, "
@@ -254,6 +265,7 @@ def finish_batch(
                 "WHERE id = ANY(%s) AND status = 'running'",
                 (finished,),
             )
+    return moved_on
 
 
 # -- read side used by the CLI, the demo and the tests -------------------------------------

@@ -178,3 +178,41 @@ def test_the_speaker_is_the_callers_metadata_then_the_agent_then_the_user() -> N
     assert speaker_of({}, "bot", "u1") == "bot"
     assert speaker_of({}, None, "u1") == "u1"
     assert speaker_of({"speaker": 3}, None, None) == "turn"
+
+
+def test_rewrite_drops_and_corrects_turns_and_the_summaries_that_may_carry_them(
+    pool, redis_client
+) -> None:  # type: ignore[no-untyped-def]
+    # given 30 turns, 10 of them folded into summaries
+    pool.push([turn(n) for n in range(30)])
+    pool.advance("acme", "billing", "s-1", OfflineLLM(), COUNTER)
+    assert redis_client.llen(summaries_key("acme", "billing", "s-1")) >= 1
+    gone, fixed, new_id = turn(12), turn(13), str(uuid.uuid4())
+
+    # when turn 12 is erased and turn 13 corrected
+    done = pool.rewrite(
+        "acme",
+        "billing",
+        "s-1",
+        remove={str(gone.memory_id)},
+        replace={str(fixed.memory_id): (new_id, "Turn 13, corrected: option 99.")},
+    )
+
+    # then the window keeps the order of the rest, with the corrected text under the new id
+    assert done
+    window = pool.load("acme", "billing", "s-1")
+    ids = [t.id for t in window.turns]
+    assert str(gone.memory_id) not in ids and str(fixed.memory_id) not in ids
+    assert ids.index(new_id) == ids.index(str(turn(14).memory_id)) - 1
+    assert [t.content for t in window.turns if t.id == new_id] == ["Turn 13, corrected: option 99."]
+    # and the summaries, any of which may hold the old text, are gone
+    assert window.summaries == ()
+    assert 0 < redis_client.ttl(turns_key("acme", "billing", "s-1")) <= 3600
+
+
+def test_rewrite_waits_for_a_reader_that_is_summarising(pool, redis_client) -> None:  # type: ignore[no-untyped-def]
+    pool.push([turn(n) for n in range(3)])
+    redis_client.set(lock_key("acme", "billing", "s-1"), "someone-else", ex=60)
+
+    assert not pool.rewrite("acme", "billing", "s-1", remove={str(turn(1).memory_id)}, replace={})
+    assert len(pool.load("acme", "billing", "s-1").turns) == 3

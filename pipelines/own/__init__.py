@@ -1,0 +1,1 @@
+"""Owning memories, the pure part: versions, erasure plans, history and the export format."""

@@ -1,0 +1,1 @@
+"""Owning memories: corrections, forgetting, history, listing, export and import."""

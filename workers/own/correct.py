@@ -1,0 +1,380 @@
+"""Corrections: a new version supersedes the old memory, in one transaction, and the owner
+settles what was built on the old one (``settle_corrections``).
+
+The synchronous part (``correct_memory``, in the agent's process) is the write path plus two
+statements: the new row with its outbox job (it is decided, embedded and linked like any
+write, and always kept), the old row marked ``corrected``, both logged, and a ``settle`` job
+for the old id. The settle job, on the store's owner, deletes the old row's vector points,
+corrects its turn in the Redis window, retires the summaries that carry it (the compress
+sweep re-summarises their rows) and re-derives the knowledge that cited it.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from psycopg import Connection
+from psycopg.rows import dict_row
+from pydantic import BaseModel, ConfigDict
+
+from pipelines.answers import ask_with_fallback
+from pipelines.cognition.knowledge import OfflineKnowledge
+from pipelines.errors import Conflict, InvalidInput, NotFound
+from pipelines.own.contradict import Supersession
+from pipelines.own.versions import (
+    KnowledgeAction,
+    RetiredKnowledge,
+    check_memory_id,
+    check_reason,
+    correction_id,
+    replacement_knowledge,
+)
+from pipelines.write.request import prepare_write
+from workers.clients import Clients
+from workers.db.jobs import claim_jobs
+from workers.db.rows import fetch_rows, row_to_memory
+from workers.own.reach import (
+    log_events,
+    purge_points,
+    rederive_knowledge,
+    rewrite_windows,
+    unwind_summaries,
+)
+from workers.write.sql import memory_params
+
+log = logging.getLogger(__name__)
+
+SETTLE_JOB = "settle"
+
+
+class CorrectionReceipt(BaseModel):
+    """``memory_id`` is the new version; ``supersedes`` the one it replaced."""
+
+    model_config = ConfigDict(frozen=True)
+
+    memory_id: uuid.UUID
+    supersedes: uuid.UUID
+    version: int
+    status: str
+
+
+INSERT_VERSION = """
+WITH m AS (
+    INSERT INTO memories (id, tenant_id, user_id, agent_id, task_id, session_id, ts, type,
+                          content, content_hash, idempotency_key, modality, metadata,
+                          supersedes, version, change_reason)
+    VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+    ON CONFLICT DO NOTHING
+    RETURNING id
+)
+INSERT INTO jobs (kind, memory_id) SELECT 'write', id FROM m RETURNING memory_id
+"""
+
+
+def supersede(
+    conn: Connection[Any],
+    tenant_id: str,
+    old_id: uuid.UUID,
+    new_id: uuid.UUID,
+    *,
+    old_version: int,
+    reason: str,
+    actor: str,
+) -> bool:
+    """Mark ``old_id`` corrected by ``new_id``, log both sides and queue the settle job.
+    Conditional on the old row being live, so a replay changes nothing; False then."""
+    changed = conn.execute(
+        "UPDATE memories SET status = 'corrected', corrected_by = %s, change_reason = %s, "
+        "updated_at = now() WHERE id = %s AND tenant_id = %s AND status IN ('stored', 'pending')",
+        (new_id, reason, old_id, tenant_id),
+    ).rowcount
+    if not changed:
+        return False
+    conn.execute(
+        "UPDATE memories SET supersedes = coalesce(supersedes, %s), "
+        "version = greatest(version, %s) WHERE id = %s",
+        (old_id, old_version + 1, new_id),
+    )
+    log_events(
+        conn, tenant_id, "superseded", [old_id], reason=reason, actor=actor, related_id=new_id
+    )
+    log_events(
+        conn, tenant_id, "corrected", [new_id], reason=reason, actor=actor, related_id=old_id
+    )
+    conn.execute(
+        "INSERT INTO jobs (kind, memory_id) VALUES (%s, %s) ON CONFLICT (kind, memory_id) "
+        "DO UPDATE SET status = 'pending', lease_until = now(), updated_at = now() "
+        "WHERE jobs.status = 'done'",
+        (SETTLE_JOB, old_id),
+    )
+    return True
+
+
+def correct_memory(
+    conn: Connection[Any],
+    memory_id: object,
+    new_content: object,
+    *,
+    tenant_id: str,
+    reason: object,
+    actor: object,
+    type: object = None,
+    metadata: Mapping[str, Any] | None = None,
+    content_max_bytes: int,
+    metadata_max_bytes: int,
+) -> CorrectionReceipt:
+    """Correct a memory (see the module docstring); one transaction on ``conn``. Raises
+    :class:`InvalidInput`, :class:`NotFound` (no such memory in this tenant) or
+    :class:`Conflict` (forgotten, already corrected, not an episode)."""
+    old_id = check_memory_id(memory_id)
+    why = check_reason("reason", reason)
+    who = check_reason("actor", actor, max_chars=128)
+    with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+        old = cur.execute(
+            "SELECT id, tenant_id, user_id, agent_id, task_id, session_id, type, modality, "
+            "metadata, status, level, version, corrected_by, content_hash FROM memories "
+            "WHERE id = %s AND tenant_id = %s FOR UPDATE",
+            (old_id, tenant_id),
+        ).fetchone()
+        if old is None:
+            raise NotFound("memory_id", str(old_id))
+        new = prepare_write(
+            new_content,
+            tenant_id=tenant_id,
+            task_id=old["task_id"],
+            session_id=old["session_id"],
+            type=old["type"] if type is None else type,
+            user_id=old["user_id"],
+            agent_id=old["agent_id"],
+            modality=old["modality"],
+            metadata=dict(old["metadata"] or {}) if metadata is None else metadata,
+            content_max_bytes=content_max_bytes,
+            metadata_max_bytes=metadata_max_bytes,
+        )
+        new_id = correction_id(old_id, new.content_hash)
+        replay = _refuse(old, new_id)
+        if replay is not None:
+            return replay
+        if bytes(old["content_hash"]) == new.content_hash:
+            raise InvalidInput("new_content", "is the memory's content already", "a change")
+        params = memory_params(new.model_copy(update={"id": new_id, "idempotency_key": None}))
+        inserted = cur.execute(INSERT_VERSION, (*params, old_id, old["version"] + 1, why))
+        if inserted.fetchone() is None:
+            existing = cur.execute(
+                "SELECT id FROM memories WHERE tenant_id = %s AND task_id = %s AND "
+                "session_id = %s AND content_hash = %s AND level = 0",
+                (tenant_id, old["task_id"], old["session_id"], new.content_hash),
+            ).fetchone()
+            if existing is None:
+                raise Conflict("memory_id", "changed while it was being corrected; try again")
+            # The session already holds the corrected statement: that row is the new version.
+            new_id = existing["id"]
+        supersede(
+            conn, tenant_id, old_id, new_id, old_version=old["version"], reason=why, actor=who
+        )
+        version = cur.execute("SELECT version FROM memories WHERE id = %s", (new_id,)).fetchone()
+    return CorrectionReceipt(
+        memory_id=new_id,
+        supersedes=old_id,
+        version=int(version["version"]) if version else old["version"] + 1,
+        status="accepted",
+    )
+
+
+def _refuse(old: Mapping[str, Any], new_id: uuid.UUID) -> CorrectionReceipt | None:
+    """A replayed correction's receipt, or the reason this memory cannot be corrected."""
+    status = old["status"]
+    if status == "forgotten":
+        raise Conflict("memory_id", "was forgotten: there is nothing left to correct")
+    if status == "corrected":
+        if old["corrected_by"] == new_id:
+            return CorrectionReceipt(
+                memory_id=new_id, supersedes=old["id"], version=old["version"] + 1, status="replay"
+            )
+        raise Conflict(
+            "memory_id",
+            f"was already corrected by {old['corrected_by']}: correct the current version",
+        )
+    if old["level"] != 0:
+        raise Conflict("memory_id", "is a summary: correct the memories it summarises")
+    if status not in ("stored", "pending"):
+        raise Conflict(
+            "memory_id", f"is {status}: only a stored or pending memory can be corrected"
+        )
+    return None
+
+
+def apply_supersessions(conn: Connection[Any], found: Sequence[Supersession]) -> int:
+    """The automatic path: supersessions the link pass found, in one transaction."""
+    applied = 0
+    with conn.transaction():
+        for item in found:
+            row = conn.execute(
+                "SELECT tenant_id, version FROM memories WHERE id = %s AND status = 'stored'",
+                (item.old_id,),
+            ).fetchone()
+            if row is None:
+                continue
+            tenant_id, version = row
+            applied += supersede(
+                conn,
+                tenant_id,
+                item.old_id,
+                item.new_id,
+                old_version=version,
+                reason=item.reason,
+                actor="memharness",
+            )
+    return applied
+
+
+# -- the owner's part -------------------------------------------------------------------------
+
+
+def settle_corrections(ctx: Clients, limit: int) -> dict[str, int]:
+    """Settle a batch of corrected memories (see the module docstring). A job whose Redis
+    window is locked by a summarising reader is handed back for a later pass."""
+    stats = {"corrections": 0, "stale_summaries": 0, "knowledge": 0, "busy": 0}
+    with ctx.pool.connection() as conn:
+        jobs = claim_jobs(conn, kind=SETTLE_JOB, limit=limit, lease_s=ctx.settings.job_lease_s)
+    if not jobs:
+        return stats
+    with ctx.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(
+            "SELECT o.id, o.tenant_id, o.task_id, o.session_id, o.corrected_by, "
+            "n.content AS new_content FROM memories o "
+            "LEFT JOIN memories n ON n.id = o.corrected_by "
+            "WHERE o.id = ANY(%s) AND o.status = 'corrected'",
+            ([j.memory_id for j in jobs],),
+        ).fetchall()
+    by_id = {row["id"]: row for row in rows}
+    purge_points(ctx, list(by_id))
+    now = datetime.now(UTC)
+    done: list[int] = []
+    busy: list[int] = []
+    touched: set[str] = set()
+    for job in jobs:
+        row = by_id.get(job.memory_id)
+        if row is None:
+            done.append(job.job_id)  # not corrected (any more): nothing to settle
+            continue
+        replace = {}
+        if row["new_content"]:
+            replace[str(row["id"])] = (str(row["corrected_by"]), row["new_content"])
+        if not rewrite_windows(
+            ctx,
+            row["tenant_id"],
+            [(row["task_id"], row["session_id"])],
+            remove=set(),
+            replace=replace,
+        ):
+            busy.append(job.job_id)
+            continue
+        reason = f"memory {row['id']} was corrected by {row['corrected_by']}"
+        with ctx.pool.connection() as conn, conn.transaction():
+            stale = unwind_summaries(
+                conn, row["tenant_id"], [row["id"]], erase=False, reason=reason, actor="memharness"
+            )
+            knowledge = rederive_knowledge(
+                conn, row["tenant_id"], [row["id"]], erase=False, reason=reason, actor="memharness"
+            )
+            replace_retired(ctx, conn, knowledge[KnowledgeAction.RETIRE.value], now)
+            conn.execute(
+                "UPDATE jobs SET status = 'done', updated_at = now() WHERE id = %s", (job.job_id,)
+            )
+        if stale:
+            purge_points(ctx, stale)
+        stats["corrections"] += 1
+        stats["stale_summaries"] += len(stale)
+        stats["knowledge"] += sum(len(v) for v in knowledge.values())
+        touched.add(row["tenant_id"])
+    with ctx.pool.connection() as conn:
+        if done:
+            conn.execute(
+                "UPDATE jobs SET status = 'done', updated_at = now() WHERE id = ANY(%s)", (done,)
+            )
+        if busy:  # a reader is summarising that window: try again in a moment
+            conn.execute(
+                "UPDATE jobs SET status = 'pending', attempts = attempts - 1, "
+                "lease_until = now() + interval '1 second' WHERE id = ANY(%s)",
+                (busy,),
+            )
+    stats["busy"] = len(busy)
+    stats["tenants"] = len(touched)
+    return stats
+
+
+def replace_retired(
+    ctx: Clients, conn: Connection[Any], retired: Sequence[uuid.UUID], now: datetime
+) -> int:
+    """Knowledge whose every source was corrected is stated again from the corrections, when
+    they state knowledge of the same kind (the extractor reads them as consolidation does)."""
+    if not retired:
+        return 0
+    with conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(
+            "SELECT s.id, s.tenant_id, s.kind, s.scope, s.user_id, s.agent_id, "
+            "array_agg(DISTINCT m.corrected_by) AS correcting FROM semantic_memories s "
+            "JOIN memories m ON m.id = ANY(s.source_ids) AND m.corrected_by IS NOT NULL "
+            "WHERE s.id = ANY(%s) AND s.kind IS NOT NULL GROUP BY s.id",
+            (list(retired),),
+        ).fetchall()
+    added = 0
+    for row in rows:
+        item = RetiredKnowledge(
+            id=row["id"],
+            tenant_id=row["tenant_id"],
+            kind=row["kind"],
+            scope=row["scope"],
+            user_id=row["user_id"],
+            agent_id=row["agent_id"],
+            correcting_ids=tuple(row["correcting"]),
+        )
+        memories = [row_to_memory(r) for r in fetch_rows(conn, item.correcting_ids).values()]
+        llm = ctx.llm
+        batch, _, _ = ask_with_fallback(
+            lambda: llm.extract_knowledge(memories),  # noqa: B023
+            lambda: OfflineKnowledge().extract_knowledge(memories),  # noqa: B023
+            llm.name,
+        )
+        new = replacement_knowledge(item, batch, now)
+        if new is None:
+            continue
+        reason = f"re-derived from the correction of {item.id}"
+        added += conn.execute(
+            "INSERT INTO semantic_memories (id, tenant_id, user_id, agent_id, scope, content, "
+            "confidence, source_ids, conditions, embedding_version, status, kind, reason, "
+            "created_at, updated_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 'active', "
+            "%s, %s, %s, %s) ON CONFLICT (id) DO NOTHING",
+            (
+                new.id,
+                new.tenant_id,
+                new.user_id,
+                new.agent_id,
+                new.scope,
+                new.content,
+                new.confidence,
+                list(new.source_memory_ids),
+                new.conditions,
+                ctx.embedder.version,
+                item.kind,
+                reason,
+                now,
+                now,
+            ),
+        ).rowcount
+        log_events(
+            conn,
+            item.tenant_id,
+            "rederived",
+            [item.id],
+            reason=f"{reason}: now {new.content!r}",
+            actor="memharness",
+            related_id=new.id,
+            subject="semantic",
+        )
+    return added
