@@ -78,27 +78,12 @@ def queries(n: int) -> list[str]:
 
 
 def recall_all(client: Any, texts: list[str]) -> list[list[tuple[str, float]]]:
-    """Top-20 per query: the top-10 compared, and the rest to see a tie cut at the 10th."""
+    """Top-10 per query: ids and scores, in order (recall orders hits tied on score by id,
+    so two installs holding the same vectors answer the same list)."""
     return [
-        [(hit["id"], hit["score"]) for hit in client.recall(text, tenant_id=TENANT, limit=20)]
+        [(hit["id"], hit["score"]) for hit in client.recall(text, tenant_id=TENANT, limit=10)]
         for text in texts
     ]
-
-
-def same_top10(a: list[tuple[str, float]], b: list[tuple[str, float]], query: str) -> bool:
-    """The same top-10: the same scores in the same places, and at each score the same
-    memories. The hashing embedder gives equal scores to texts of one shape, and the engine
-    orders equal scores as it stores them, so where memories tie at the 10th place, each
-    install's share of the tie must be memories the other ranks at exactly that score."""
-    assert [s for _, s in a[:10]] == [s for _, s in b[:10]], query
-    for score in {s for _, s in a[:10]}:
-        top_a = {i for i, s in a[:10] if s == score}
-        top_b = {i for i, s in b[:10] if s == score}
-        if top_a != top_b:
-            assert score == a[9][1], (query, score)  # only a tie cut at the 10th place
-            assert top_a <= {i for i, s in b if s == score}, query
-            assert top_b <= {i for i, s in a if s == score}, query
-    return True
 
 
 def own_the_history(db: psycopg.Connection[Any], client: Any, ids: list[uuid.UUID]) -> None:
@@ -213,7 +198,7 @@ def test_a_round_trip_gives_the_same_recall_on_a_fresh_install(  # type: ignore[
             )
             # and recall answers exactly as the source did, query by query
             after = recall_all(target, texts)
-            assert all(map(same_top10, before, after, texts))
+            assert after == before
 
             # and a checkpoint resumes where the source's did
             resumed = target.resume(TENANT, "task-0")

@@ -13,6 +13,14 @@ from psycopg.rows import dict_row
 from workers.clients import Clients
 from workers.index.targets import EPISODIC, dense_search_target
 
+# Hits fetched past ``limit``: a row corrected or forgotten a moment ago (its point not purged
+# yet) is skipped without shortening the answer, and hits tied at the cut are ordered by id
+# rather than by where the engine happened to store them (an exported and re-imported tenant
+# answers the same list).
+EXTRA_HITS = 10
+# Scores equal to this many decimals are a tie (float noise of the same vectors).
+TIE_DECIMALS = 5
+
 
 def search(
     ctx: Clients, *, tenant_id: str, query: str, task_id: str | None, limit: int
@@ -23,9 +31,12 @@ def search(
         # old ones would mix versions. context() still answers from full-text and recency.
         return []
     vector = ctx.embedder.embed([query])[0]
-    hits = ctx.vectors.search(collection, vector, tenant_id=tenant_id, task_id=task_id, limit=limit)
+    hits = ctx.vectors.search(
+        collection, vector, tenant_id=tenant_id, task_id=task_id, limit=limit + EXTRA_HITS
+    )
     if not hits:
         return []
+    hits = sorted(hits, key=lambda h: (-round(h.score, TIE_DECIMALS), str(h.id)))
     with ctx.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
         cur.execute(
             "SELECT id, task_id, session_id, ts, type, content, summary, importance "
@@ -33,11 +44,13 @@ def search(
             ([hit.id for hit in hits], tenant_id),
         )
         rows = {row["id"]: row for row in cur.fetchall()}
-    results = []
+    results: list[dict[str, Any]] = []
     for hit in hits:
         row = rows.get(hit.id)
         if row is None:
             continue
+        if len(results) == limit:
+            break
         results.append(
             {
                 "id": str(row["id"]),
