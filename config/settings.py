@@ -163,6 +163,68 @@ class Settings(BaseSettings):
         30.0, ge=2, description="Lease of the beat leader lock; a standby beat takes over after."
     )
 
+    # -- operations: metrics and health ---
+    metrics_enabled: bool = Field(
+        True,
+        description="Prometheus metrics of the write, read and task paths. False: every "
+        "recording call returns at once (the scrape-time gauges still answer).",
+    )
+    metrics_port: int = Field(
+        0,
+        ge=0,
+        le=65535,
+        description="Port of a worker's /metrics endpoint, served by its main process for "
+        "its whole prefork pool; 0: no endpoint. Each worker on a host needs its own port.",
+    )
+    metrics_host: str = Field("127.0.0.1", description="Address a worker's /metrics binds.")
+    metrics_multiproc_dir: Path = Field(
+        Path("var/metrics"),
+        description="Directory of the pool processes' metric files; each worker uses a "
+        "subdirectory named after its node, emptied when the worker starts.",
+    )
+    metrics_scrape_timeout_s: float = Field(
+        2.0,
+        gt=0,
+        le=30,
+        description="Timeout of each SQL statement, Redis call and ping of the scrape-time "
+        "gauges (outbox lag, dead letters, memories, queue depth, workers up).",
+    )
+    golden_interval_s: float = Field(
+        1800.0, gt=0, description="Period of the golden-query run over every tenant."
+    )
+    golden_top_k: int = Field(
+        5, ge=1, le=100, description="A golden query hits when its memory is in this top-K."
+    )
+    golden_draw_count: int = Field(
+        20,
+        ge=1,
+        le=1000,
+        description="Golden queries drawn from a tenant's memories when the user set none.",
+    )
+    golden_timeout_s: float = Field(
+        10.0, gt=0, description="How long one golden query waits for the store owner."
+    )
+    health_golden_min_ratio: float = Field(
+        0.8, ge=0, le=1, description="Golden hit rate below which retrieval is unhealthy."
+    )
+    health_index_drift_max: float = Field(
+        0.05,
+        ge=0,
+        description="Largest |index points - PostgreSQL live rows| / rows storage tolerates.",
+    )
+    health_latency_p95_max_s: float = Field(
+        0.5, gt=0, description="Vector search and rerank p95 above which retrieval is unhealthy."
+    )
+    health_compression_max_age_s: float = Field(
+        7200.0,
+        gt=0,
+        description="Compression counts as running when a compress or quality run started "
+        "within this long (and the store has something to compress).",
+    )
+    health_fact_recall_min: float = Field(
+        0.6, ge=0, le=1, description="Sampled fact recall below which compression is unhealthy."
+    )
+
     @model_validator(mode="after")
     def _check_cognition(self) -> Settings:
         if self.sweep_deadline_s * 2 > self.task_soft_time_limit_s:
@@ -239,6 +301,70 @@ class Settings(BaseSettings):
     )
     index_batch_size: int = Field(
         1000, ge=10, le=20000, description="Points per batch of rebuilds and reconciliation."
+    )
+
+    # -- the HTTP API and its keys ----------------------------------------------------------
+    api_host: str = Field(
+        "127.0.0.1", description="Address `memharness serve` binds (0.0.0.0 in a container)."
+    )
+    api_port: int = Field(8080, ge=1, le=65535, description="Port of `memharness serve`.")
+    api_workers: int = Field(
+        1, ge=1, le=64, description="Server processes of `memharness serve` (uvicorn workers)."
+    )
+    api_max_body_bytes: int = Field(
+        1_048_576,
+        ge=1024,
+        description="Largest request body; a bigger one is refused with 413 before it is read.",
+    )
+    api_batch_max_items: int = Field(
+        1000, ge=1, le=10000, description="Most memories one POST /v1/memories:batch may carry."
+    )
+    api_rate_limit_per_s: float = Field(
+        100.0,
+        ge=0,
+        description="Requests per second each API key may make (a token bucket in Redis, "
+        "shared by every server process); 0 turns the limit off.",
+    )
+    api_rate_limit_burst: int = Field(
+        200, ge=1, description="Requests a key may make at once before the rate applies."
+    )
+    api_key_cache_s: float = Field(
+        5.0,
+        ge=0,
+        description="How long a server process trusts a key it looked up; a revoked key is "
+        "refused everywhere after at most this long.",
+    )
+    api_access_log: bool = Field(
+        True, description="uvicorn's access log (method, path and status; never headers)."
+    )
+
+    # -- the MCP server -------------------------------------------------------------------------
+    mcp_tenant_id: str = Field(
+        "",
+        description="Tenant the MCP server acts for (its --tenant). Empty: --tenant is required.",
+    )
+    mcp_agent_id: str = Field(
+        "",
+        description="Agent id stamped on what the MCP server records (its --agent); empty: none.",
+    )
+    mcp_session_id: str = Field(
+        "",
+        description="Session of remember calls that name none (its --session). Empty: one per "
+        "server run, mcp-<start time, UTC>.",
+    )
+    mcp_transport: Literal["stdio", "http"] = Field(
+        "stdio", description="stdio (an MCP host starts the server) or http (streamable HTTP)."
+    )
+    mcp_host: str = Field(
+        "127.0.0.1",
+        description="Address of the streamable HTTP transport. It has no authentication: any "
+        "other address exposes the tenant's memory unless the API keys or a proxy sit in front.",
+    )
+    mcp_port: int = Field(
+        8765, ge=1, le=65535, description="Port of the streamable HTTP transport."
+    )
+    mcp_recall_timeout_s: float = Field(
+        10.0, gt=0, description="How long the recall tool waits for the store's owner to answer."
     )
 
     @model_validator(mode="after")

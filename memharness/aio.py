@@ -116,7 +116,7 @@ class AsyncMemoryClient:
             agent_id=agent_id,
             timestamp=timestamp,
             modality=modality,
-            metadata=dict(metadata) if metadata is not None else None,
+            metadata=metadata,
             idempotency_key=idempotency_key,
             content_max_bytes=self.settings.content_max_bytes,
             metadata_max_bytes=self.settings.metadata_max_bytes,

@@ -10,12 +10,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from config import get_settings
+from memharness.bench.api import register_bench as register_api_bench
 from memharness.bench.forget import register_bench as register_forget_bench
 from memharness.bench.retrieval_latency import register_bench as register_latency
 from memharness.checkpoint_cli import register as register_checkpoints
 from memharness.checkpoint_cli import register_bench
+from memharness.health_cli import register as register_health
+from memharness.mcp_server.cli import register as register_mcp
 from memharness.own_cli import register as register_own
 from memharness.owning_cli import register as register_owning
+from memharness.server.cli import register as register_server
 
 
 def _cmd_migrate(args: argparse.Namespace) -> int:
@@ -64,17 +68,41 @@ def _cmd_stats(args: argparse.Namespace) -> int:
 
 
 def _cmd_reembed(args: argparse.Namespace) -> int:
-    """Progress of re-embedding after a model change (reads only: safe beside the owner)."""
+    """Progress of re-embedding after a model change (reads only: safe beside the owner).
+
+    ``--watch`` polls until no collection is running: a bar on a terminal, silence otherwise;
+    the JSON status is printed last either way."""
+    import time
+
+    from memharness.progress import progress
     from workers.clients import Clients
     from workers.index.reembed import reembed_status
 
+    if args.interval_s <= 0 or args.timeout_s <= 0:
+        print("error: --interval-s and --timeout-s must be above 0", file=sys.stderr)
+        return 2
     ctx = Clients(get_settings())
     try:
         status = reembed_status(ctx)
+        deadline = time.monotonic() + args.timeout_s
+        with progress("re-embedding", total=0, quiet=not args.watch) as bar:
+            while args.watch and time.monotonic() < deadline:
+                runs = {v["collection"]: v["run"] for v in status.values() if v["run"]}
+                running = {name: run for name, run in runs.items() if not run["finished"]}
+                if not running:
+                    break
+                bar.update(
+                    "re-embedding " + ", ".join(f"{n} ({r['phase']})" for n, r in running.items()),
+                    completed=sum(min(r["done"], r["total"]) for r in running.values()),
+                    total=sum(r["total"] for r in running.values()),
+                )
+                time.sleep(args.interval_s)
+                status = reembed_status(ctx)
     finally:
         ctx.close()
     print(json.dumps(status, indent=2, sort_keys=True, default=str))
-    return 0
+    unfinished = [kind for kind, v in status.items() if v["state"] == "running"]
+    return 1 if args.watch and unfinished else 0
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -149,6 +177,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("reembed", help="re-embedding after a model change: per-collection status")
     p.add_argument("--status", action="store_true", help="show progress (the default)")
+    p.add_argument("--watch", action="store_true", help="follow running re-embeds to the end")
+    p.add_argument("--interval-s", type=float, default=1.0, help="--watch: seconds between polls")
+    p.add_argument("--timeout-s", type=float, default=3600.0, help="--watch: give up after this")
     p.set_defaults(func=_cmd_reembed)
 
     p = sub.add_parser("demo", help="a scripted agent writing and recalling through workers")
@@ -196,12 +227,16 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--seed", type=int, default=20261203)
     register_bench(bench)
     register_latency(bench)
+    register_api_bench(bench)
     register_forget_bench(bench)
     p.set_defaults(func=_cmd_bench)
 
     register_checkpoints(sub)
+    register_health(sub)
     register_own(sub)
     register_owning(sub)
+    register_server(sub)
+    register_mcp(sub)
     return parser
 
 

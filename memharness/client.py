@@ -35,6 +35,7 @@ from pipelines.write.filter import tier1_filter
 from pipelines.write.request import NewMemory, prepare_write
 from workers.clients import Clients
 from workers.db.rows import row_to_memory
+from workers.metrics import count_records
 from workers.publish import publish
 from workers.queues import TaskName
 from workers.state.service import CheckpointService, ResumeResult
@@ -80,6 +81,17 @@ def run_plan(conn: Any, plan: Plan) -> WriteOutcome:
     except StopIteration as done:
         outcome: WriteOutcome = done.value
         return outcome
+
+
+def _answer(result: Any, timeout_s: float) -> Any:
+    """The owner's answer; on a timeout the pending result is dropped, so that a long-lived
+    client does not keep one result subscription per unanswered call."""
+    try:
+        return result.get(timeout=timeout_s)
+    except Exception:
+        with contextlib.suppress(Exception):
+            result.forget()
+        raise
 
 
 class MemoryClient(Owning):
@@ -150,7 +162,7 @@ class MemoryClient(Owning):
             agent_id=agent_id,
             timestamp=timestamp,
             modality=modality,
-            metadata=dict(metadata) if metadata is not None else None,
+            metadata=metadata,
             idempotency_key=idempotency_key,
             content_max_bytes=self.settings.content_max_bytes,
             metadata_max_bytes=self.settings.metadata_max_bytes,
@@ -165,6 +177,11 @@ class MemoryClient(Owning):
         """
         prepared: list[NewMemory] = []
         for index, item in enumerate(items):
+            if not isinstance(item, Mapping):
+                raise InvalidInput(
+                    f"items[{index}]",
+                    f"must be an object of record()'s fields, got {type(item).__name__}",
+                )
             fields = dict(item)
             try:
                 content = fields.pop("content")
@@ -191,6 +208,7 @@ class MemoryClient(Owning):
         with self._pool.connection() as conn:
             outcome = run_plan(conn, plan_write(new))
         self._after_commit(outcome.window, publish_id=outcome.publish_id)
+        count_records((outcome.receipt,))
         return outcome.receipt
 
     def _write_many(self, batch: Sequence[NewMemory]) -> list[WriteReceipt]:
@@ -237,6 +255,7 @@ class MemoryClient(Owning):
             ],
             publish_id=publish_ids[0] if publish_ids else None,
         )
+        count_records(receipts, batch=True)
         return [receipt for receipt in receipts if receipt is not None]
 
     def _after_commit(self, turns: Sequence[NewMemory], *, publish_id: uuid.UUID | None) -> None:
@@ -285,6 +304,18 @@ class MemoryClient(Owning):
         check_id("tenant_id", tenant_id)
         check_id("task_id", task_id)
         publish(TaskName.COMPLETE_TASK, app=self._app, tenant_id=tenant_id, task_id=task_id)
+
+    # -- golden queries (retrieval health) ------------------------------------------------------
+
+    def set_golden_queries(self, tenant_id: str, queries: Sequence[object]) -> int:
+        """Set the tenant's golden queries: each ``{"query": ..., "expected_id": ...}`` (or a
+        pair), a question and the memory it must find in the top K. Replaces the ones set
+        before; until a tenant sets some, they are drawn from its memories. Raises
+        :class:`InvalidInput` naming the field and the limit."""
+        from workers.health.golden import set_golden_queries
+
+        with self._pool.connection() as conn:
+            return set_golden_queries(conn, tenant_id, queries)
 
     # -- task checkpoints -------------------------------------------------------------------
 
@@ -336,9 +367,11 @@ class MemoryClient(Owning):
         timeout_s: float = 10.0,
     ) -> list[dict[str, Any]]:
         """Dense recall inside the tenant's scope, answered by the store's owner process."""
-        text = prepare_write(
-            query, tenant_id=tenant_id, task_id=task_id or "recall", session_id="recall"
-        ).content
+        from pipelines.read.request import QUERY_MAX_BYTES
+
+        check_id("tenant_id", tenant_id)
+        check_id("task_id", task_id, required=False)
+        text = check_text("query", query, QUERY_MAX_BYTES)
         if not 1 <= limit <= 100:
             raise InvalidInput("limit", f"must be between 1 and 100, got {limit}", "100")
         result = publish(
@@ -349,7 +382,7 @@ class MemoryClient(Owning):
             task_id=task_id,
             limit=limit,
         )
-        hits: list[dict[str, Any]] = result.get(timeout=timeout_s)
+        hits: list[dict[str, Any]] = _answer(result, timeout_s)
         return hits
 
     def knowledge(
@@ -428,7 +461,7 @@ class MemoryClient(Owning):
                 lambda tenant, ids, at: publish_touch(tenant, ids, at, app=app),
             )
         result = publish(TaskName.RECALL_CONTEXT, app=self._app, **call.to_json())
-        return self._context_from(result.get(timeout=timeout_s or self.settings.context_timeout_s))
+        return self._context_from(_answer(result, timeout_s or self.settings.context_timeout_s))
 
     def _context_from(self, answer: Any) -> AssembledContext:
         """The owner's JSON answer: the context, or the typed error it refused the call with."""

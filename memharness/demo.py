@@ -3,7 +3,8 @@
 Starts a write worker (owner of the embedded vector store: write, embed, recall), a
 background worker (maintenance and the cognitive queues), celery beat and Flower with basic
 auth; the agent records about 200 interactions, recalls a few facts, and the demo prints what
-the workers did before stopping everything it started.
+the workers did. Then headless Chromium (when installed) renders Flower's workers and tasks
+pages into var/flower-*.png, and everything the demo started is stopped.
 """
 
 from __future__ import annotations
@@ -19,12 +20,14 @@ from config import Settings
 from memharness.client import MemoryClient, WriteReceipt
 from memharness.demo_script import RECALL_QUERIES, script
 from memharness.processes import Managed, start_beat, start_flower, start_worker, wait_for_worker
+from memharness.progress import progress
 from memharness.stats import collect_stats, format_stats
 from pipelines.read.budget import Partition
 from workers.db import migrate
 
 TASK = "atlas-billing-migration"
 CONTEXT_BUDGET_TOKENS = 40_000
+SCREENSHOTS = {"workers": Path("var/flower-workers.png"), "tasks": Path("var/flower-tasks.png")}
 
 
 def _flower_workers(settings: Settings) -> dict[str, object]:
@@ -95,10 +98,11 @@ def run_demo(
             log_dir=log_dir,
         )
         started.append(flower)
-        wait_for_worker(writer)
-        wait_for_worker(background)
+        with progress("starting workers, beat and Flower"):
+            wait_for_worker(writer)
+            wait_for_worker(background)
+            flower_ok = _wait_for_flower(settings, flower)
         user = settings.flower_basic_auth.get_secret_value().split(":", 1)[0]
-        flower_ok = _wait_for_flower(settings, flower)
         print(
             f"== workers up; Flower at http://127.0.0.1:{settings.flower_port} "
             f"(basic auth user {user!r}, password from MEMHARNESS_FLOWER_BASIC_AUTH)"
@@ -106,6 +110,8 @@ def run_demo(
         )
 
         _run_agent(settings, tenant, flower_ok=flower_ok, interactions=interactions)
+        if flower_ok:
+            _screenshot_flower(settings, writer, log_dir)
         if keep_running:
             print("== --keep: leaving workers, beat and Flower running; Ctrl-C to stop")
             while True:
@@ -126,19 +132,21 @@ def _run_agent(settings: Settings, tenant: str, *, flower_ok: bool, interactions
     latencies_ms: list[float] = []
     with MemoryClient(settings) as client:
         print(f"== agent records {len(turns)} interactions over {turns[-1].day + 1} days")
-        for turn in turns:
-            started_at = time.perf_counter()
-            receipts.append(
-                client.record(
-                    turn.text,
-                    tenant_id=tenant,
-                    task_id=TASK,
-                    session_id=f"day{turn.day + 1}",
-                    timestamp=turn.timestamp,
-                    agent_id="atlas-agent",
+        with progress("record()", total=len(turns)) as bar:
+            for turn in turns:
+                started_at = time.perf_counter()
+                receipts.append(
+                    client.record(
+                        turn.text,
+                        tenant_id=tenant,
+                        task_id=TASK,
+                        session_id=f"day{turn.day + 1}",
+                        timestamp=turn.timestamp,
+                        agent_id="atlas-agent",
+                    )
                 )
-            )
-            latencies_ms.append((time.perf_counter() - started_at) * 1000)
+                latencies_ms.append((time.perf_counter() - started_at) * 1000)
+                bar.advance()
         latencies_ms.sort()
         by_status = Counter(receipt.status for receipt in receipts)
         print(
@@ -147,7 +155,8 @@ def _run_agent(settings: Settings, tenant: str, *, flower_ok: bool, interactions
         )
         waited = time.perf_counter()
         accepted = [r.memory_id for r in receipts if r.status == "accepted"]
-        settled = client.wait_until_settled(accepted, timeout_s=120)
+        with progress(f"workers deciding, summarising and embedding {len(accepted)} writes"):
+            settled = client.wait_until_settled(accepted, timeout_s=120)
         print(
             f"== workers settled {len(accepted)} writes in "
             f"{time.perf_counter() - waited:.2f}s: {settled}"
@@ -204,3 +213,36 @@ def _show_links(client: MemoryClient, tenant: str) -> None:
     print(f"== affected_by({question!r}): {len(traversal.affected)} memories reached")
     for hit in traversal.affected[:3]:
         print(f"   hop {hit.hops}: {hit.content[:100]}")
+
+
+def _screenshot_flower(settings: Settings, writer: Managed, log_dir: Path) -> None:
+    """Flower as a person sees it: pages rendered by headless Chromium, saved under var/."""
+    from memharness.browser import BrowserError, find_chromium, render
+
+    chromium = find_chromium()
+    if chromium is None:
+        print(
+            "== Flower screenshot skipped: chromium is not installed "
+            "(`make services` installs it; or apt-get install chromium)"
+        )
+        return
+    base = f"http://127.0.0.1:{settings.flower_port}"
+    credentials = settings.flower_basic_auth.get_secret_value()
+    # The page is done when it shows what the demo did: the owner by name, the drain by name.
+    waits = {"workers": [f"{writer.name}@", "background@"], "tasks": ["memory.write.drain"]}
+    try:
+        with progress("Flower in headless Chromium"):
+            for page, path in SCREENSHOTS.items():
+                render(
+                    f"{base}/{page}",
+                    basic_auth=credentials,
+                    wait_for=waits[page],
+                    screenshot=path,
+                    chromium=chromium,
+                    log_path=log_dir / "chromium.log",
+                )
+    except (BrowserError, OSError) as exc:
+        print(f"== Flower screenshot failed: {exc} (see {log_dir}/chromium.log)")
+        return
+    shots = ", ".join(f"{path} ({page})" for page, path in SCREENSHOTS.items())
+    print(f"== Flower as a browser shows it: {shots}")

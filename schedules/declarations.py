@@ -90,6 +90,14 @@ def declarations(settings: Settings) -> tuple[PeriodicJob, ...]:
             cron=settings.consolidate_cron,
             description="per tenant: episodes to semantic knowledge",
         ),
+        # Operations (workers.health).
+        PeriodicJob(
+            key="golden-queries",
+            task=TaskName.GOLDEN_QUERIES,
+            every_s=settings.golden_interval_s,
+            description="ask every tenant's golden queries through the owner's recall; store "
+            "the hit rate, latencies and index counts",
+        ),
         PeriodicJob(
             key="cognition-relay",
             task=TaskName.RELAY_COGNITION,

@@ -9,6 +9,18 @@ apt_install() {
   if [ "$apt_updated" = 0 ]; then as_root apt-get update -qq; apt_updated=1; fi
   DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "$@" >/dev/null
 }
+# A daemon's Debian package starts its service from postinst through invoke-rc.d when no
+# systemd runs (as on these machines); a policy-rc.d answering 101 forbids that. Container
+# images ship one already: it is kept; else one is in place for this install only.
+apt_install_no_start() {
+  if [ -e /usr/sbin/policy-rc.d ]; then apt_install "$@"; return; fi
+  printf '#!/bin/sh\nexit 101\n' | as_root tee /usr/sbin/policy-rc.d >/dev/null
+  as_root chmod 755 /usr/sbin/policy-rc.d
+  local status=0
+  apt_install "$@" || status=$?
+  as_root rm -f /usr/sbin/policy-rc.d
+  return "$status"
+}
 
 pg_up() { pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; }
 redis_up() { [ "$(redis-cli -h 127.0.0.1 -p 6379 ping 2>/dev/null)" = "PONG" ]; }
@@ -37,4 +49,10 @@ if ! redis_up; then
   redis_up || { echo "Redis did not come up" >&2; exit 1; }
   echo "started Redis"
 fi
+
+# Headless Chromium renders Flower's pages for the browser test and the demo's screenshot.
+command -v chromium >/dev/null || apt_install chromium
+# promtool checks the alert rules and runs their unit tests (tests/test_alerts.py); the
+# prometheus daemon runs only when scripts/render_dashboard.py starts one on a spare port.
+command -v promtool >/dev/null || apt_install_no_start --no-install-recommends prometheus
 echo "services: PostgreSQL and Redis are up"

@@ -129,3 +129,17 @@ def test_write_path_reports_ratios_against_its_baselines(migrated, settings, cap
                 "ingest_per_s", "noop_tasks_per_s", "ingest_to_noop"):  # fmt: skip
         assert float(result[key]) > 0, key
     assert result["ingest_records"] == 200
+
+
+@pytest.mark.integration
+def test_api_reports_http_against_in_process(migrated, settings, capsys) -> None:  # type: ignore[no-untyped-def]
+    from memharness.bench.api import run
+
+    # a tiny run: the figures are noise here, the keys and the real processes are the point
+    run(settings, samples=30, warmup=5, records=80, memories=200, queries=5, redis_db=None)
+    result = last_json(capsys)
+    for key in ("http_record_p50_ms", "http_record_p99_ms", "inproc_record_p50_ms",
+                "http_record_to_inproc_p50", "records_per_s_8", "http_context_p95_ms",
+                "inproc_context_p95_ms"):  # fmt: skip
+        assert float(result[key]) > 0, key
+    assert result["memories"] == 200

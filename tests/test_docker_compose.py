@@ -30,7 +30,11 @@ WORKER_QUEUES = {
     "worker-background": {"consolidate", "compress", "quality"},
     "worker-maintenance": {"maintenance"},
 }
-SERVICES = {"redis", "postgres", "qdrant", "migrate", "beat", "flower", "demo", *WORKER_QUEUES}
+# Official images of other projects; the rest run the project's one image.
+THIRD_PARTY = {"redis", "postgres", "qdrant", "prometheus", "grafana"}
+SERVICES = {
+    "migrate", "beat", "flower", "demo", "api", *WORKER_QUEUES, *THIRD_PARTY,
+}  # fmt: skip
 
 # ${NAME}, ${NAME:-default}, ${NAME-default}, ${NAME:?error}, ${NAME?error}
 _INTERPOLATION_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?])([^}]*))?\}")
@@ -133,7 +137,7 @@ def test_worker_health_checks_ping_the_worker_by_its_own_name(services: dict[str
 
 def test_every_memharness_command_is_one_the_cli_accepts(services: dict[str, Any]) -> None:
     commands = {name: argv(s) for name, s in services.items() if argv(s)[:1] == ["memharness"]}
-    assert set(commands) == {"migrate", "beat", "demo", *WORKER_QUEUES}
+    assert set(commands) == {"migrate", "beat", "demo", "api", *WORKER_QUEUES}
     for name, args in commands.items():
         # argparse exits (SystemExit fails the test) on an unknown subcommand or flag
         parsed = build_parser().parse_args(args[1:])
@@ -149,7 +153,7 @@ def test_migrate_runs_once_after_postgres_is_healthy(services: dict[str, Any]) -
     migrate = services["migrate"]
     assert migrate["restart"] == "no"
     assert depends_on(migrate) == {"postgres": "service_healthy"}
-    for name in (*WORKER_QUEUES, "beat"):
+    for name in (*WORKER_QUEUES, "beat", "api"):
         assert depends_on(services[name])["migrate"] == "service_completed_successfully", name
 
 
@@ -215,6 +219,40 @@ def test_flower_refuses_to_start_without_credentials(services: dict[str, Any]) -
     assert interpolate(auth, {"MEMHARNESS_FLOWER_BASIC_AUTH": "ops:s3cret"}) == "ops:s3cret"
 
 
+# -- the HTTP API ----------------------------------------------------------------------------
+
+
+def test_the_api_serves_on_all_interfaces_of_its_container_at_its_port(
+    services: dict[str, Any],
+) -> None:
+    api = services["api"]
+    args = build_parser().parse_args(argv(api)[1:])
+    assert (args.command, args.host) == ("serve", "0.0.0.0")
+    port = int(environment(api)["MEMHARNESS_API_PORT"] or 0)
+    # published on the host's loopback only: TLS and exposure belong to a proxy
+    published = interpolate(api["ports"][0], {})
+    assert published == f"127.0.0.1:8080:{port}"
+    assert interpolate(api["ports"][0], {"MEMHARNESS_API_PORT": "9000"}) == f"127.0.0.1:9000:{port}"
+
+
+def test_the_api_health_check_asks_healthz_on_its_own_port(services: dict[str, Any]) -> None:
+    api = services["api"]
+    port = environment(api)["MEMHARNESS_API_PORT"]
+    test = api["healthcheck"]["test"]
+    assert test[0] == "CMD"
+    assert f"http://127.0.0.1:{port}/healthz" in " ".join(test)
+    # the image is python:3.11-slim: no curl or wget, so the check uses Python itself
+    assert test[1] == "python" and "urllib.request" in test[-1]
+    assert depends_on(api)["postgres"] == "service_healthy"
+    assert depends_on(api)["redis"] == "service_healthy"
+
+
+def test_the_api_answers_context_with_the_shared_qdrant(services: dict[str, Any]) -> None:
+    # with a Qdrant server, context() runs in the API process itself (no embedded owner)
+    assert environment(services["api"])["MEMHARNESS_QDRANT_URL"] == "http://qdrant:6333"
+    assert "qdrant" in depends_on(services["api"])
+
+
 # -- settings --------------------------------------------------------------------------------
 
 
@@ -278,7 +316,7 @@ def dockerfile_instructions() -> list[tuple[str, str]]:
 
 def test_every_service_of_the_project_runs_the_one_image(services: dict[str, Any]) -> None:
     ours = {name for name, s in services.items() if "build" in s}
-    assert ours == SERVICES - {"redis", "postgres", "qdrant"}
+    assert ours == SERVICES - THIRD_PARTY
     for name in ours:
         build = services[name]["build"]
         context = build if isinstance(build, str) else build.get("context", ".")
@@ -309,3 +347,83 @@ def test_the_dockerfile_copies_every_package_and_only_files_that_exist() -> None
     packages = pyproject["tool"]["setuptools"]["packages"]["find"]["include"]
     assert {pattern.rstrip("*") for pattern in packages} <= copied
     assert {"pyproject.toml", "requirements.lock"} <= copied
+
+
+# -- Prometheus and Grafana ------------------------------------------------------------------
+
+
+def mounts(service: dict[str, Any]) -> dict[str, str]:
+    """{target: source} of a service's volumes, read-only flags dropped."""
+    found = {}
+    for volume in service.get("volumes", []):
+        source, target = volume.split(":")[:2]
+        found[target] = source
+    return found
+
+
+def test_prometheus_runs_the_official_image_on_the_shipped_config(
+    compose: dict[str, Any], services: dict[str, Any]
+) -> None:
+    prometheus = services["prometheus"]
+    image, _, tag = prometheus["image"].partition(":")
+    assert image == "prom/prometheus" and tag not in ("", "latest")
+    volumes = mounts(prometheus)
+    assert volumes["/etc/prometheus"] == "./deploy/prometheus"
+    assert volumes["/prometheus"] in compose["volumes"]
+    assert "--config.file=/etc/prometheus/prometheus.yml" in argv(prometheus)
+    shipped = ROOT / "deploy" / "prometheus"
+    assert {"prometheus.yml", "alerts.yml"} <= {p.name for p in shipped.iterdir()}
+    assert interpolate(prometheus["ports"][0], {}) == "127.0.0.1:9090:9090"
+
+
+def test_prometheus_scrapes_every_worker_group_and_the_api_on_their_metrics_ports(
+    services: dict[str, Any],
+) -> None:
+    config = yaml.safe_load((ROOT / "deploy" / "prometheus" / "prometheus.yml").read_text())
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    workers = {name for name, s in services.items() if argv(s)[:2] == ["memharness", "worker"]}
+    (sd,) = jobs["memharness-workers"]["dns_sd_configs"]
+    assert set(sd["names"]) == workers
+    for name in workers:
+        env = environment(services[name])
+        assert env["MEMHARNESS_METRICS_PORT"] == str(sd["port"]), name
+        # bound to the container's interfaces, or Prometheus cannot reach it
+        assert env["MEMHARNESS_METRICS_HOST"] == "0.0.0.0", name
+    (api,) = jobs["memharness-api"]["dns_sd_configs"]
+    assert api["names"] == ["api"]
+    assert str(api["port"]) == environment(services["api"])["MEMHARNESS_API_PORT"]
+    assert jobs["memharness-api"]["metrics_path"] == "/metrics"
+
+
+def test_grafana_is_provisioned_with_the_dashboard_and_prometheus(
+    compose: dict[str, Any], services: dict[str, Any]
+) -> None:
+    grafana = services["grafana"]
+    image, _, tag = grafana["image"].partition(":")
+    assert image == "grafana/grafana" and tag not in ("", "latest")
+    volumes = mounts(grafana)
+    for target, source in volumes.items():
+        if source.startswith("./"):
+            assert (ROOT / source).is_dir(), f"{target}: {source} is not in the project"
+    assert volumes["/etc/grafana/provisioning"] == "./deploy/grafana/provisioning"
+    assert volumes["/var/lib/grafana"] in compose["volumes"]
+    provider = yaml.safe_load(
+        (ROOT / "deploy/grafana/provisioning/dashboards/memharness.yml").read_text()
+    )
+    dashboards = provider["providers"][0]["options"]["path"]
+    assert (ROOT / volumes[dashboards] / "memharness.json").is_file()
+    home = environment(grafana)["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"] or ""
+    assert home == f"{dashboards}/memharness.json"
+    datasources = yaml.safe_load(
+        (ROOT / "deploy/grafana/provisioning/datasources/prometheus.yml").read_text()
+    )
+    assert datasources["datasources"][0]["url"] == "http://prometheus:9090"
+    assert depends_on(grafana) == {"prometheus": "service_started"}
+    assert interpolate(grafana["ports"][0], {}) == "127.0.0.1:3000:3000"
+
+
+def test_grafana_refuses_to_start_without_an_admin_password(services: dict[str, Any]) -> None:
+    password = environment(services["grafana"])["GF_SECURITY_ADMIN_PASSWORD"] or ""
+    with pytest.raises(LookupError, match="set GRAFANA_ADMIN_PASSWORD"):
+        interpolate(password, {})
+    assert interpolate(password, {"GRAFANA_ADMIN_PASSWORD": "s3cret"}) == "s3cret"

@@ -25,6 +25,7 @@ TASK_MODULES = (
     "workers.cognition.tasks",
     "workers.index.tasks",
     "workers.own.tasks",
+    "workers.health.tasks",
     "workers.probes",
 )
 

@@ -54,6 +54,9 @@ class TaskName(StrEnum):
     SERVER_COMPACT_INDEX = "memory.maintenance.compact_index"
     SERVER_RECONCILE_INDEX = "memory.maintenance.reconcile_index"
     SERVER_REEMBED_STEP = "memory.maintenance.reembed_step"
+    # operations: golden queries on quality, index counts on the store's owner
+    GOLDEN_QUERIES = "memory.quality.golden_queries"
+    INDEX_COUNTS = "memory.recall.index_counts"
     # probes
     PING = "memory.maintenance.ping"
     NOOP = "memory.maintenance.noop"

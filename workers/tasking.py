@@ -22,6 +22,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 
 from pipelines.errors import TransientLLMError
 from workers.clients import get_clients
+from workers.metrics import observe_task
 from workers.queues import CeleryQueue, TaskName
 
 log = logging.getLogger(__name__)
@@ -86,6 +87,7 @@ class LongMemharnessTask(MemharnessTask):
 
 
 def _count(name: str, outcome: str, elapsed_s: float) -> None:
+    observe_task(name, outcome, elapsed_s)
     try:
         pipe = get_clients().redis.pipeline(transaction=False)
         key = METRICS_KEY.format(name=name)

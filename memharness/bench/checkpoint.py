@@ -22,6 +22,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 from config import Settings
+from memharness.progress import Progress, progress
 from pipelines.state.models import (
     ActionEffect,
     NodeStatus,
@@ -145,12 +146,13 @@ def percentile_ms(samples_s: list[float], fraction: float) -> float:
     return round(ordered[index] * 1000, 3)
 
 
-def _measure(action: Callable[[int], object], count: int) -> list[float]:
+def _measure(action: Callable[[int], object], count: int, bar: Progress) -> list[float]:
     timings: list[float] = []
     for index in range(count):
         start = time.perf_counter()
         action(index)
         timings.append(time.perf_counter() - start)
+        bar.advance()
     return timings
 
 
@@ -168,13 +170,17 @@ def run(settings: Settings, *, iterations: int = 1000, warmup: int = 100) -> int
     base = sample_state()
     states = [base.with_changes(iteration=base.iteration + i) for i in range(warmup + iterations)]
     service = CheckpointService(pool, OfflineLLM())
+    total = 2 * (warmup + iterations)
     try:
-        # warm-up: the pool's connections, psycopg's prepared statements, pydantic's caches
-        _measure(lambda i: service.checkpoint(tenant, task, states[i]), warmup)
-        _measure(lambda i: service.resume(tenant, task), warmup)
-        gc.collect()
-        saves = _measure(lambda i: service.checkpoint(tenant, task, states[warmup + i]), iterations)
-        restores = _measure(lambda i: service.resume(tenant, task), iterations)
+        with progress("checkpoint: save and resume", total=total) as bar:
+            # warm-up: the pool's connections, psycopg's prepared statements, pydantic's caches
+            _measure(lambda i: service.checkpoint(tenant, task, states[i]), warmup, bar)
+            _measure(lambda i: service.resume(tenant, task), warmup, bar)
+            gc.collect()
+            saves = _measure(
+                lambda i: service.checkpoint(tenant, task, states[warmup + i]), iterations, bar
+            )
+            restores = _measure(lambda i: service.resume(tenant, task), iterations, bar)
         result = service.resume(tenant, task)
         assert result is not None and result.checkpoint.state == states[-1]
         size = len(encode_checkpoint(result.checkpoint))

@@ -59,6 +59,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from memharness.progress import progress
 from pipelines.cognition.compress import (
     SummaryDraft,
     compress_group,
@@ -424,29 +425,32 @@ def run(
     runs.update({name: LevelRun() for name in curve_policies})
     l0_count = 0
     gated_seconds = 0.0
-    for sample in samples:
-        sessions = conversation_sources(sample)
-        for rows in sessions.values():
-            sources = [memory for _, memory in rows]
-            l0_count += len(sources)
-            for one in runs.values():
-                one.raw_words += sum(s.source_words for s in sources)
-            _single_pass(sources, policy, runs["single_pass"])
-            for name, other in curve_policies.items():
-                _single_pass(sources, other, runs[name])
-            began = time.perf_counter()
-            _gated_pass(sources, policy, runs["gated"])
-            gated_seconds += time.perf_counter() - began
-        single = runs["single_pass"]
-        _log(
-            f"{sample.get('sample_id')}: {len(sessions)} sessions; single pass ratio L1 "
-            f"{single.ratio(Level.L1):.2f} L2 {single.ratio(Level.L2):.2f}; gated L1 "
-            f"{runs['gated'].ratio(Level.L1):.2f}"
-        )
-    _log("scoring the QAs")
-    per_cat, kept, skipped = _score(samples, runs)
-    _log("decision set: generating and compressing")
-    decisions = measure_decision_fidelity(policy, lang)
+    sessions_total = sum(len(conversation_sources(sample)) for sample in samples)
+    with progress(f"compressing {len(samples)} conversations", total=sessions_total) as bar:
+        for sample in samples:
+            sessions = conversation_sources(sample)
+            for rows in sessions.values():
+                sources = [memory for _, memory in rows]
+                l0_count += len(sources)
+                for one in runs.values():
+                    one.raw_words += sum(s.source_words for s in sources)
+                _single_pass(sources, policy, runs["single_pass"])
+                for name, other in curve_policies.items():
+                    _single_pass(sources, other, runs[name])
+                began = time.perf_counter()
+                _gated_pass(sources, policy, runs["gated"])
+                gated_seconds += time.perf_counter() - began
+            bar.advance(len(sessions))
+            single = runs["single_pass"]
+            bar.note(
+                f"{sample.get('sample_id')}: {len(sessions)} sessions; single pass ratio L1 "
+                f"{single.ratio(Level.L1):.2f} L2 {single.ratio(Level.L2):.2f}; gated L1 "
+                f"{runs['gated'].ratio(Level.L1):.2f}"
+            )
+        bar.note("scoring the QAs")
+        per_cat, kept, skipped = _score(samples, runs)
+        bar.note("decision set: generating and compressing")
+        decisions = measure_decision_fidelity(policy, lang)
     eligible = sum(s["eligible"] for s in per_cat.values())
     checkable = sum(s["checkable"] for s in per_cat.values())
 

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from memharness.bench.compression import conversation_sources
+from memharness.progress import progress
 from pipelines.cognition.consolidate import ChangeAction, consolidate
 from pipelines.records import ID_NAMESPACE, EpisodicMemory, MemoryType, SemanticMemory
 from workers.adapters.embed_hashing import HashingEmbedder
@@ -204,27 +205,30 @@ def run(
         source = "generated" if lang == "en" else f"generated-{lang}"
     embedder = HashingEmbedder(dim)
     total = sum(len(rows) for rows in by_tenant.values())
-    _log(f"consolidating {total} memories of {len(by_tenant)} tenant(s) in batches of {batch}")
+    label = f"consolidating {total} memories of {len(by_tenant)} tenant(s) in batches of {batch}"
     actions: Counter[str] = Counter()
     episodic_only = candidates = 0
     store_sizes: dict[str, int] = {}
     seconds = 0.0
-    for tenant, rows in by_tenant.items():
-        rows = sorted(rows, key=lambda m: m.timestamp)
-        store: dict[uuid.UUID, SemanticMemory] = {}
-        for offset in range(0, len(rows), batch):
-            chunk = rows[offset : offset + batch]
-            now = chunk[-1].timestamp
-            began = time.perf_counter()
-            plan = consolidate(chunk, list(store.values()), embedder, now)
-            seconds += time.perf_counter() - began
-            for change in plan.changes:
-                store[change.semantic.id] = change.semantic
-                actions[change.action.value] += 1
-            episodic_only += len(plan.episodic_only)
-            candidates += plan.candidates
-        store_sizes[tenant] = len(store)
-        _log(f"{tenant}: {len(rows)} memories -> {len(store)} semantic items")
+    with progress(label, total=total) as bar:
+        bar.note(label)
+        for tenant, rows in by_tenant.items():
+            rows = sorted(rows, key=lambda m: m.timestamp)
+            store: dict[uuid.UUID, SemanticMemory] = {}
+            for offset in range(0, len(rows), batch):
+                chunk = rows[offset : offset + batch]
+                now = chunk[-1].timestamp
+                began = time.perf_counter()
+                plan = consolidate(chunk, list(store.values()), embedder, now)
+                seconds += time.perf_counter() - began
+                bar.advance(len(chunk))
+                for change in plan.changes:
+                    store[change.semantic.id] = change.semantic
+                    actions[change.action.value] += 1
+                episodic_only += len(plan.episodic_only)
+                candidates += plan.candidates
+            store_sizes[tenant] = len(store)
+            bar.note(f"{tenant}: {len(rows)} memories -> {len(store)} semantic items")
     rate = total / seconds if seconds else None
     result = {
         "memories_per_s": round(rate, 1) if rate else None,

@@ -187,8 +187,8 @@ def run(base: Settings, *, memories: int, tenant_memories: int, samples: int) ->
                 result |= {
                     "export_memories": exported,
                     "export_per_s": round(exported / export_s, 1),
-                "export_lines": counts.total,
-                "export_lines_per_s": round(counts.total / export_s, 1),
+                    "export_lines": counts.total,
+                    "export_lines_per_s": round(counts.total / export_s, 1),
                     "export_bytes": export_path.stat().st_size,
                 }
 
@@ -221,7 +221,7 @@ def run(base: Settings, *, memories: int, tenant_memories: int, samples: int) ->
             result |= {
                 "import_memories": n,
                 "import_per_s": round(n / import_s, 1),
-            "import_lines_per_s": round(imported.read.total / import_s, 1),
+                "import_lines_per_s": round(imported.read.total / import_s, 1),
                 "import_indexed": stored,
                 "import_indexed_per_s": round(stored / indexed_s, 1),
             }

@@ -45,6 +45,7 @@ from workers.adapters import build_embedder, build_llm
 from workers.adapters.vector_edge import EdgeIndex
 from workers.db import drop_database, migrate, open_pool
 from workers.index.targets import EPISODIC, alias_name, collection_params, episodic_payload
+from workers.metrics import set_enabled
 
 TARGET_P95_MS = {10_000: 10.0, 100_000: 30.0}
 TENANTS = 8
@@ -294,12 +295,20 @@ def measure(settings: Settings, n: int, *, queries: int, warmup: int, tmp: Path)
                 )
             )
         latencies: list[float] = []
+        metrics_off: list[float] = []
         dense: list[float] = []
         retrieved = 0
         for i, call in enumerate(calls):
-            t0 = time.perf_counter()
-            assembled = assemble_for(stores, call, now=now)
-            elapsed = (time.perf_counter() - t0) * 1000
+            # Each call twice, metrics on and off, the order alternating call by call so the
+            # second run's warmer caches favour neither (metrics_overhead_context_p50).
+            for enabled in (True, False) if i % 2 == 0 else (False, True):
+                set_enabled(enabled)
+                t0 = time.perf_counter()
+                assembled = assemble_for(stores, call, now=now)
+                elapsed = (time.perf_counter() - t0) * 1000
+                if i >= warmup:
+                    (latencies if enabled else metrics_off).append(elapsed)
+            set_enabled(True)
             vector = embedder.embed([call.request.query])[0]
             t1 = time.perf_counter()
             index.search(
@@ -307,7 +316,6 @@ def measure(settings: Settings, n: int, *, queries: int, warmup: int, tmp: Path)
             )
             dense_ms = (time.perf_counter() - t1) * 1000
             if i >= warmup:
-                latencies.append(elapsed)
                 dense.append(dense_ms)
                 retrieved += len(assembled.retrieval.candidates) if assembled.retrieval else 0
         result.update(
@@ -319,6 +327,10 @@ def measure(settings: Settings, n: int, *, queries: int, warmup: int, tmp: Path)
                 "dense_search_p50_ms": round(statistics.median(dense), 2),
                 "dense_search_p95_ms": round(_pct(dense, 0.95), 2),
                 "mean_candidates": round(retrieved / queries, 1),
+                "metrics_off_p50_ms": round(statistics.median(metrics_off), 2),
+                "metrics_overhead_context_p50": round(
+                    statistics.median(latencies) / statistics.median(metrics_off), 3
+                ),
             }
         )
         _log(f"[{_key(n)}] context p50 {result['p50_ms']} ms, p95 {result['p95_ms']} ms")
@@ -355,6 +367,11 @@ def run(
             out["runs"][_key(n)] = run_
             out[f"p50_ms_{_key(n)}"] = run_["p50_ms"]
             out[f"p95_ms_{_key(n)}"] = run_["p95_ms"]
+            # The worst store size's ratio: metrics on / off, same calls, same run (<= 1.05).
+            out["metrics_overhead_context_p50"] = max(
+                out.get("metrics_overhead_context_p50", 0.0),
+                run_["metrics_overhead_context_p50"],
+            )
         checks = {
             _key(n): out[f"p95_ms_{_key(n)}"] <= target
             for n, target in TARGET_P95_MS.items()

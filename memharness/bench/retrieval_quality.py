@@ -36,6 +36,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from memharness.progress import Progress, progress
 from pipelines.read.config import RRF_K
 from pipelines.read.focus import offline_focus
 from pipelines.read.recall import MemoryView, Recallers, RecallHit, RecallScope
@@ -309,7 +310,9 @@ def evaluate_conversation(
     embedder: _Embedder,
     tallies: dict[str, dict[str, Tally]],
     depths: Counter[int],
+    bar: Progress | None = None,
 ) -> None:
+    bar = bar or Progress()
     ids = [turn.dia_id for turn in conversation.turns]
     texts = [turn.content for turn in conversation.turns]
     started = time.monotonic()
@@ -343,7 +346,7 @@ def evaluate_conversation(
     related: Callable[[str], list[str]] = lambda text: sparse.related_terms(text, scope, 8)  # noqa: E731
     variants = {q.text: offline_rewrite(q.text, related) for q in conversation.questions}
     dense.prime([text for v in variants.values() for _, text in v.items()])
-    _log(
+    bar.note(
         f"{conversation.sample_id}: {len(ids)} memories, {len(conversation.questions)} "
         f"questions, indexed in {time.monotonic() - started:.1f}s"
     )
@@ -364,6 +367,7 @@ def evaluate_conversation(
             metrics = question_metrics(ranked, question.gold)
             tallies[ranker]["all"].add(metrics)
             tallies[ranker][category].add(metrics)
+        bar.advance()
 
 
 def _fail(message: str) -> int:
@@ -388,8 +392,10 @@ def run(data_path: str, embedder: str) -> int:
         for ranker in ("dense", "fused", "full")
     }
     depths: Counter[int] = Counter()
-    for conversation in conversations:
-        evaluate_conversation(conversation, model, tallies, depths)
+    questions = sum(len(c.questions) for c in conversations)
+    with progress(f"retrieval-quality, {embedder} embedder", total=questions) as bar:
+        for conversation in conversations:
+            evaluate_conversation(conversation, model, tallies, depths, bar)
     result: dict[str, Any] = {
         "benchmark": "retrieval-quality",
         "embedder": embedder,

@@ -40,6 +40,7 @@ from memharness.client import MemoryClient
 from memharness.processes import Managed, start_worker, wait_for_worker
 from workers.app import get_app
 from workers.db import drop_database, migrate
+from workers.metrics import set_enabled
 from workers.publish import publish
 from workers.queues import TaskName
 from workers.tasking import METRICS_KEY
@@ -97,10 +98,11 @@ def _scratch_settings(base: Settings, tmp: Path) -> tuple[Settings, dict[str, st
 
 def _measure_latency(
     settings: Settings, client: MemoryClient, samples: int
-) -> tuple[list[float], list[float]]:
+) -> tuple[list[float], list[float], list[float]]:
     app = get_app(settings)
     floor_ms: list[float] = []
     record_ms: list[float] = []
+    record_off_ms: list[float] = []
     tenant = f"lat-{uuid.uuid4().hex[:8]}"
     with psycopg.connect(settings.database_url, autocommit=True) as conn:
         conn.execute(FLOOR_TABLE)
@@ -118,14 +120,22 @@ def _measure_latency(
             # The floor is a bare send_task by definition (not the project's publish()).
             app.send_task(TaskName.NOOP.value, args=[content], queue="bench-floor")
             floor = (time.perf_counter() - started) * 1000
-            # (b) record(): validation, tier-1 rules, memory + outbox row, publish
-            started = time.perf_counter()
-            client.record(content, tenant_id=tenant, task_id="t", session_id="s", timestamp=now)
-            rec = (time.perf_counter() - started) * 1000
+            # (b) record(): validation, tier-1 rules, memory + outbox row, publish; once with
+            # metrics on and once off (another write: the same text is a duplicate), in
+            # alternating order (metrics_overhead_record_p50)
+            timed: dict[bool, float] = {}
+            for enabled in (True, False) if i % 2 == 0 else (False, True):
+                set_enabled(enabled)
+                text = content if enabled else f"{content} (again)"
+                started = time.perf_counter()
+                client.record(text, tenant_id=tenant, task_id="t", session_id="s", timestamp=now)
+                timed[enabled] = (time.perf_counter() - started) * 1000
+            set_enabled(True)
             if i >= 200:  # the first 200 warm the pools, prepared statements and caches
                 floor_ms.append(floor)
-                record_ms.append(rec)
-    return floor_ms, record_ms
+                record_ms.append(timed[True])
+                record_off_ms.append(timed[False])
+    return floor_ms, record_ms, record_off_ms
 
 
 def _wait_all_settled(settings: Settings, tenant: str, total: int, timeout_s: float) -> datetime:
@@ -239,7 +249,7 @@ def run(
         wait_for_worker(worker)
         _log(f"latency: {latency_samples} alternating floor / record() operations")
         with MemoryClient(settings) as client:
-            floor_ms, record_ms = _measure_latency(settings, client, latency_samples)
+            floor_ms, record_ms, record_off_ms = _measure_latency(settings, client, latency_samples)
         result |= {
             "record_p50_ms": round(statistics.median(record_ms), 3),
             "record_p99_ms": round(_pct(record_ms, 0.99), 3),
@@ -247,6 +257,10 @@ def run(
             "floor_p99_ms": round(_pct(floor_ms, 0.99), 3),
         }
         result["record_to_floor_p50"] = round(result["record_p50_ms"] / result["floor_p50_ms"], 3)
+        result["record_metrics_off_p50_ms"] = round(statistics.median(record_off_ms), 3)
+        result["metrics_overhead_record_p50"] = round(
+            statistics.median(record_ms) / statistics.median(record_off_ms), 3
+        )
         _log(f"ingest: {records} records from {producers} producer threads, one worker")
         ingest = _measure_ingest(settings, records, producers)
         result |= {k: round(v, 1) for k, v in ingest.items()}
@@ -262,6 +276,7 @@ def run(
             "record_p99_ms": "<= 5",
             "ingest_per_s": ">= 1000",
             "ingest_to_noop": ">= 1.0",
+            "metrics_overhead_record_p50": "<= 1.05",
         }
     finally:
         if worker is not None:

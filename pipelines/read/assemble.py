@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
 from datetime import datetime
 from functools import lru_cache
+from time import perf_counter
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -525,13 +526,15 @@ def build_context(
     layout: PartitionLayout = DEFAULT_LAYOUT,
     config: RetrievalConfig = DEFAULT_CONFIG,
     executor: Executor | None = None,
+    timings: dict[str, float] | None = None,
 ) -> AssembledContext:
     """Focus → retrieval → assembly for one validated request (what ``context`` runs).
     ``focus``, when given, is the request's directive already decided by the caller (with
     ``focus_llm``): it is not asked again. ``sources`` may be a call that gathers them: it
     is made once the literal query's recalls are on their way, so that the store searches
     while the caller reads its own stores (the working-memory window). ``layout`` is the
-    configured one: a budget below its total gets it scaled (``fit_layout``)."""
+    configured one: a budget below its total gets it scaled (``fit_layout``). ``timings``,
+    when given, gets each stage's seconds (rewrite, recall, rerank, assemble)."""
     layout = fit_layout(layout, request.budget_tokens)
     if focus is None:
         focus = decide_focus(request.query, phase=request.phase, focus=request.focus, llm=focus_llm)
@@ -541,6 +544,7 @@ def build_context(
         start_recall(" ".join(request.query.split()), scope, recallers, config, executor)
     if not isinstance(sources, ContextSources):
         sources = sources()
+    started = perf_counter()
     variants = rewrite_query(
         request.query,
         llm=rewrite_llm,
@@ -548,6 +552,7 @@ def build_context(
         focus=[item.kind.value for item in focus.kinds],
         related=lambda text: recallers.sparse.related_terms(text, scope, 8),
     )
+    rewritten = perf_counter()
     retrieval = retrieve(
         request.query,
         scope,
@@ -558,8 +563,10 @@ def build_context(
         reranker=rerank_llm,
         config=config,
         executor=executor,
+        timings=timings,
     )
-    return assemble_context(
+    assembling = perf_counter()
+    context = assemble_context(
         request,
         sources,
         counter=counter,
@@ -568,6 +575,10 @@ def build_context(
         retrieval=retrieval,
         layout=layout,
     )
+    if timings is not None:
+        timings["rewrite"] = rewritten - started
+        timings["assemble"] = perf_counter() - assembling
+    return context
 
 
 def budgets_for(

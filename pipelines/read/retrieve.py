@@ -25,6 +25,7 @@ import math
 from collections.abc import Sequence
 from concurrent.futures import Executor
 from datetime import datetime
+from time import perf_counter
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -156,8 +157,10 @@ def retrieve(
     reranker: RerankLLM | None = None,
     config: RetrievalConfig = DEFAULT_CONFIG,
     executor: Executor | None = None,
+    timings: dict[str, float] | None = None,
 ) -> RetrievalResult:
-    """The whole read-side ranking for one (already validated) query."""
+    """The whole read-side ranking for one (already validated) query. ``timings``, when
+    given, gets the seconds of the recall and rerank stages (for the metrics)."""
     if variants is None:
         variants = rewrite_query(
             query,
@@ -169,6 +172,7 @@ def retrieve(
     # reading the first-ranked ids early (in the pool, while the vector search ran) read
     # twice the rows the candidates need, and measured call by call against reading after
     # the fusion it cost ~2 ms at 10k memories and ~4 ms at 100k (docs/decisions.md).
+    started = perf_counter()
     lists = recall_all(variants, scope, recallers, config, executor)
     weights = focus.fusion_weights()
     fused = fuse(
@@ -187,6 +191,7 @@ def retrieve(
             else c.model_copy(update={"dense": similarity.get(c.memory.id)})
             for c in candidates
         ]
+    reranked = perf_counter()
     local = local_rerank(candidates, variants)
     depth = adaptive_depth([c.local for c in local], config)
     head, source = llm_rerank(
@@ -200,6 +205,9 @@ def retrieve(
         config=config,
     )
     ranked = prioritize(head + local[depth:], depth, focus, phase, scope.now, config)
+    if timings is not None:
+        timings["recall"] = reranked - started
+        timings["rerank"] = perf_counter() - reranked
     recalled: dict[str, int] = {}
     for recall in lists:
         recalled[recall.source] = recalled.get(recall.source, 0) + len(recall.hits)

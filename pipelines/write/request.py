@@ -5,7 +5,10 @@ Pure: nothing is stored.
 
 from __future__ import annotations
 
+import json
+import math
 import uuid
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -18,7 +21,6 @@ from pipelines.records import (
     Modality,
     check_enum,
     check_id,
-    check_metadata,
     check_text,
     check_timestamp,
     content_hash,
@@ -26,6 +28,11 @@ from pipelines.records import (
 )
 
 IDEMPOTENCY_KEY_MAX_CHARS = 200
+# Nesting of metadata objects and arrays. Tags, a few labelled groups and an occasional
+# structured payload sit within 4-6 levels; 32 leaves room for any real shape while keeping
+# every walk over it (jsonb, the JSON encoder, the workers' context text) far from Python's
+# recursion limit, which a 1,000-deep value used to hit.
+METADATA_MAX_DEPTH = 32
 
 
 class NewMemory(BaseModel):
@@ -89,7 +96,7 @@ def prepare_write(
     text = check_text("content", content, content_max_bytes)
     memory_type = None if type is None else check_enum("type", type, MemoryType)
     mode = check_enum("modality", modality, Modality)
-    meta = check_metadata(metadata, metadata_max_bytes)
+    meta = check_write_metadata(metadata, metadata_max_bytes)
     when = check_timestamp(timestamp)
     key: str | None = None
     if idempotency_key is not None:
@@ -121,3 +128,63 @@ def prepare_write(
         metadata=meta,
         idempotency_key=key,
     )
+
+
+def check_write_metadata(value: object, max_bytes: int) -> dict[str, Any]:
+    """``metadata`` as the JSON object it must be, or :class:`InvalidInput` on ``metadata``
+    saying where the first bad part is (``metadata.tags[2]``) and the rule it breaks: an
+    object at the top, string keys, JSON values only (finite numbers), at most
+    ``METADATA_MAX_DEPTH`` levels and ``max_bytes`` of JSON. The walk is iterative and
+    bounded by the depth, so no shape can exhaust the stack."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise InvalidInput(
+            "metadata", f"must be a JSON object, got {type_name(value)}", limit="JSON object"
+        )
+    top = dict(value)
+    stack: list[tuple[str, object, int]] = [("metadata", top, 1)]
+    while stack:
+        path, node, depth = stack.pop()
+        if isinstance(node, Mapping | list | tuple):
+            if depth > METADATA_MAX_DEPTH:
+                raise _bad_part(
+                    path,
+                    f"nests deeper than {METADATA_MAX_DEPTH} levels of objects and arrays",
+                    f"{METADATA_MAX_DEPTH} levels",
+                )
+            if isinstance(node, Mapping):
+                for key, child in node.items():
+                    if not isinstance(key, str):
+                        raise _bad_part(
+                            path, f"has a key of type {type_name(key)}; JSON keys are strings"
+                        )
+                    stack.append((f"{path}.{key}", child, depth + 1))
+            else:
+                for index, child in enumerate(node):
+                    stack.append((f"{path}[{index}]", child, depth + 1))
+        elif isinstance(node, float) and not math.isfinite(node):
+            raise _bad_part(path, f"is {node}, which JSON cannot hold")
+        elif node is not None and not isinstance(node, str | int | float):
+            raise _bad_part(path, f"is a {type_name(node)}, not a JSON value")
+    try:
+        encoded = json.dumps(top, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        size = len(encoded.encode("utf-8"))
+    except (TypeError, ValueError) as exc:  # a mapping or list type that lies about itself
+        raise InvalidInput("metadata", f"is not JSON-serialisable: {exc}") from None
+    except UnicodeEncodeError:
+        raise InvalidInput("metadata", "holds a lone surrogate; it is not valid Unicode") from None
+    if "\\u0000" in encoded:
+        raise InvalidInput("metadata", "holds a NUL character, which PostgreSQL jsonb refuses")
+    if size > max_bytes:
+        raise InvalidInput(
+            "metadata",
+            f"is {size} bytes as JSON; the limit is {max_bytes} bytes",
+            limit=f"{max_bytes} bytes",
+        )
+    return top
+
+
+def _bad_part(path: str, message: str, limit: str | None = None) -> InvalidInput:
+    where = "" if path == "metadata" else f"{path} "
+    return InvalidInput("metadata", f"{where}{message}".strip(), limit)

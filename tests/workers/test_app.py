@@ -45,6 +45,9 @@ PINNED_TASK_NAMES = {
     "memory.maintenance.compact_index": "maintenance",
     "memory.maintenance.reconcile_index": "maintenance",
     "memory.maintenance.reembed_step": "maintenance",
+    # operations (workers.health.tasks)
+    "memory.quality.golden_queries": "quality",
+    "memory.recall.index_counts": "recall",
 }
 
 

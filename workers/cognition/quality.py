@@ -30,6 +30,7 @@ from workers.cognition.sql import (
 )
 from workers.db.rows import fetch_rows
 from workers.db.runs import Run
+from workers.metrics import count_rollbacks
 from workers.publish import publish_quietly
 from workers.queues import TaskName
 
@@ -102,6 +103,7 @@ def quality_step(ctx: Clients, run_id: uuid.UUID, clock: datetime) -> StepOutcom
         return cursor, len(ids) < limit, stats
 
     outcome = run_step(ctx, "quality", run_id, clock, None, body)
+    count_rollbacks(int(outcome.stats.get("rolled_back") or 0))
     if outcome.stats.get("rolled_back"):
         publish_quietly(TaskName.DRAIN_EMBEDDINGS)
     return outcome

@@ -17,6 +17,7 @@ from typing import Any
 from pipelines.records import ID_NAMESPACE
 from workers.clients import Clients
 from workers.db.runs import Run, advance_run, start_run
+from workers.metrics import observe_sweep
 
 log = logging.getLogger(__name__)
 
@@ -74,8 +75,10 @@ def run_step(
         run = start_run(conn, run_id, kind, tenant_id, clock)
     if run.finished:
         return StepOutcome(run_id, run.cursor, requeue=False, finished=True)
-    deadline = time.monotonic() + ctx.settings.sweep_deadline_s
+    started = time.monotonic()
+    deadline = started + ctx.settings.sweep_deadline_s
     cursor, done, stats = body(run, deadline)
+    observe_sweep(kind, time.monotonic() - started)
     with ctx.pool.connection() as conn:
         advanced = advance_run(conn, run, cursor=cursor, stats=stats, finished=done)
     if not advanced:

@@ -7,6 +7,7 @@ its share requeues itself with the same run; the cursor lives in ``cognition_run
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Any
 
@@ -19,6 +20,7 @@ from workers.cognition.link import link_memories, link_unlinked
 from workers.cognition.quality import quality_step
 from workers.cognition.relay import relay_cognition
 from workers.cognition.runs import parse_clock, run_id_for
+from workers.metrics import observe_sweep
 from workers.publish import publish
 from workers.queues import TaskName
 from workers.tasking import memharness_task
@@ -101,7 +103,9 @@ def link_memories_task(memory_ids: list[str] | None = None) -> dict[str, Any]:
     clients = get_clients()
     if memory_ids is not None:
         return link_memories(clients, [uuid.UUID(i) for i in memory_ids])
+    started = time.monotonic()
     stats = link_unlinked(clients)
+    observe_sweep("link", time.monotonic() - started)
     if stats["more"]:
         publish(TaskName.LINK_MEMORIES, memory_ids=None)
     return stats

@@ -7,9 +7,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
+from time import perf_counter
 from typing import Any
 
 from pipelines.errors import InvalidInput
+from pipelines.health.signals import mean_rank_shift, utilisation
 from pipelines.index.context_vector import fusion_weights, query_context_text
 from pipelines.read.assemble import (
     AssembledContext,
@@ -23,6 +25,7 @@ from pipelines.read.focus import decide_focus
 from pipelines.read.recall import Recallers, RecallScope
 from workers.clients import Clients
 from workers.index.targets import EPISODIC, dense_search_target
+from workers.metrics import observe_context, recording
 from workers.read.request import ContextCall, layout_of
 from workers.read.semantic import KnowledgeRecall
 from workers.read.sql import versions_from_rows
@@ -38,15 +41,20 @@ def assemble_for(
     now: datetime | None = None,
 ) -> AssembledContext:
     """Run ``build_context`` for one validated call against the process's clients."""
+    started = perf_counter()
     now = now or datetime.now(UTC)
     request = call.request
+    timings: dict[str, float] | None = {} if recording() else None
 
     def sources() -> ContextSources:
         # Called by build_context once PostgreSQL has the literal query's recalls: Redis
         # answers the window's reads meanwhile.
+        window_started = perf_counter()
         window = clients.working_memory.advance(
             call.tenant_id, request.task_id, call.session_id, clients.llm, clients.counter
         )
+        if timings is not None:
+            timings["window"] = perf_counter() - window_started
         return ContextSources(
             system=call.system,
             task_context=tuple(
@@ -82,7 +90,7 @@ def assemble_for(
     )
     recallers = Recallers(dense=dense, sparse=store, temporal=store, store=store, knowledge=store)
     with store:
-        return build_context(
+        context = build_context(
             request,
             sources,
             scope=scope,
@@ -93,7 +101,25 @@ def assemble_for(
             rewrite_llm=remote,
             rerank_llm=remote,
             layout=layout_of(clients.settings),
+            timings=timings,
         )
+    if timings is not None:
+        timings["total"] = perf_counter() - started
+        observe_assembled(context, timings)
+    return context
+
+
+def observe_assembled(context: AssembledContext, timings: Mapping[str, float]) -> None:
+    """The metrics of one context(): stage timings, partition use, the rerank's shift."""
+    used = {
+        p.name.value: ratio
+        for p in context.partitions
+        if (ratio := utilisation(p.used_tokens, p.budget_tokens)) is not None
+    }
+    shift = None
+    if context.retrieval is not None:
+        shift = mean_rank_shift([c.fused for c in context.retrieval.candidates])
+    observe_context(timings, used, shift)
 
 
 def delivered_memory_ids(context: AssembledContext) -> list[str]:

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 import uuid
 from collections.abc import Sequence
 from typing import Any
 
 from pipelines.index.vectors import ContextFusion, Embedder, VectorIndex
 from pipelines.read.recall import RecallHit, RecallScope
+from workers.metrics import observe_vector_search
 from workers.read.sql import Memo
 
 
@@ -85,6 +87,7 @@ class VectorRecall:
                 # The embedded engine is one shard per collection: searches take turns on
                 # it while the PostgreSQL recallers run in parallel.
                 with self._vector_lock:
+                    searched = time.perf_counter()
                     answers = self._vectors.search_many(
                         collection,
                         vectors,
@@ -94,6 +97,7 @@ class VectorRecall:
                         fusion=fusion,
                         with_payload=False,
                     )
+                    observe_vector_search(time.perf_counter() - searched)
             except Exception as exc:
                 for future, owner in futures:
                     if owner:

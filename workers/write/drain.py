@@ -29,6 +29,7 @@ from workers.clients import Clients
 from workers.db.jobs import WRITE_JOB, ClaimedJob, claim_jobs
 from workers.index.reembed import write_target
 from workers.index.targets import EPISODIC, IndexNotReady, episodic_payload
+from workers.metrics import count_decision, count_drain, observe_embedding
 from workers.publish import publish_quietly
 from workers.queues import TaskName
 from workers.write.sql import (
@@ -94,7 +95,12 @@ def drain_writes(ctx: Clients) -> DrainReport:
         jobs = claim_jobs(conn, kind=WRITE_JOB, limit=limit, lease_s=settings.job_lease_s)
     report = DrainReport(claimed=len(jobs))
     if jobs:
+        started = time.perf_counter()
         process_batch(ctx, jobs, report)
+        count_drain(
+            claimed=len(jobs), seconds=time.perf_counter() - started,
+            stored=report.stored, discarded=report.discarded, dead=report.dead,
+        )  # fmt: skip
     report.more = len(jobs) == limit
     if jobs:
         # Background cognition: the tenants are active now; linking waits until the backlog
@@ -171,6 +177,7 @@ def process_batch(ctx: Clients, jobs: list[ClaimedJob], report: DrainReport) -> 
         type_hint = MemoryType(row["type"]) if row["type"] else None
         try:
             outcome, fallback_note = _decide(ctx, job, row["content"], type_hint)
+            count_decision(outcome.verdicts)
             fell_back = fallback_note is not None
             summary = _summarise(ctx, job, row["content"], fell_back) if outcome.keep else ""
         except TransientLLMError as exc:
@@ -217,7 +224,9 @@ def process_batch(ctx: Clients, jobs: list[ClaimedJob], report: DrainReport) -> 
                 context_text(row.get("metadata"), outcome.type.value, row["task_id"])
                 for _, row, outcome, _ in kept
             ]
+            embed_started = time.perf_counter()
             vectors = ctx.embedder.embed(texts)
+            observe_embedding(time.perf_counter() - embed_started)
         except TransientLLMError as exc:
             for job, *_ in kept:
                 wait = backoff_s(settings.job_retry_base_s, job.attempts)

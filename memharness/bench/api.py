@@ -1,0 +1,403 @@
+"""``memharness bench api``: the HTTP API against the in-process client, in one run.
+
+On a scratch database and Redis database 13, with one real worker process (write, embed,
+recall: the store's owner) and one real ``memharness serve`` process on a spare port:
+
+(a) record latency: in-process ``MemoryClient.record()`` and ``POST /v1/memories`` alternate
+    call by call (so both see the same machine noise); the HTTP client is the standard
+    library's keep-alive ``http.client`` (the cheapest Python client: what is measured is the
+    server). ``http_record_to_inproc_p50`` is the ratio of the two medians;
+(b) throughput: 8 client threads, each on its own connection, record as fast as they can;
+(c) context over HTTP: the store is filled to ``--memories`` through ``record_many`` and
+    drained by the worker, then ``POST /v1/context`` is timed (embedded mode: the server asks
+    the owner worker through the ``recall`` queue, as ``MemoryClient.context`` does).
+
+The key's rate limit stays on (at a rate no run reaches) so every request pays for its
+Redis round trip. Progress goes to stderr; the last stdout line is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import redis
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from config import Settings, get_settings
+from memharness.client import MemoryClient
+from memharness.processes import start_worker, wait_for_worker
+from workers.db import drop_database, migrate
+from workers.queues import CeleryQueue
+
+REDIS_DB = 13
+TARGETS = {"http_record_p50_ms": 3.0, "http_record_to_inproc_p50": 2.5, "records_per_s_8": 1000}
+CLIENTS = 8
+CONTENTS = [
+    "We decided to keep money as integer cents because floats lost a cent (#{n}).",
+    "Status: ATL-{n} (payment webhooks) is now in review; waiting on Priya.",
+    "Constraint: the public API must answer within 200 ms at p99 (ticket ATL-{n}).",
+    "I ran the ledger migration against staging; {n} rows moved in 14 minutes.",
+    "I prefer short status updates; be detailed only for architecture decisions #{n}.",
+]
+QUESTIONS = ["How do we store money?", "What is ATL-7 waiting on?", "What is the p99 budget?",
+             "How long did the migration take?", "How should status updates look?"]  # fmt: skip
+
+
+def _log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _pct(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _scratch(base: Settings, tmp: Path, redis_db: int | None) -> tuple[Settings, dict[str, str]]:
+    params = conninfo_to_dict(base.database_url)
+    database_url = make_conninfo(
+        base.database_url, dbname=f"{params.get('dbname', 'memharness')}_api_bench"
+    )
+    redis_url = base.redis_url
+    if redis_db is not None:
+        redis_url = base.redis_url.rsplit("/", 1)[0] + f"/{redis_db}"
+    env = {
+        "MEMHARNESS_DATABASE_URL": database_url,
+        "MEMHARNESS_REDIS_URL": redis_url,
+        "MEMHARNESS_QDRANT_URL": "",
+        "MEMHARNESS_QDRANT_PATH": str(tmp / "qdrant"),
+        "MEMHARNESS_EMBEDDER": "hashing",
+        "MEMHARNESS_LLM_PROVIDER": "offline",
+        "MEMHARNESS_API_RATE_LIMIT_PER_S": "1000000",
+        "MEMHARNESS_API_RATE_LIMIT_BURST": "1000000",
+        "MEMHARNESS_API_ACCESS_LOG": "false",
+    }
+    settings = base.model_copy(
+        update={
+            "database_url": database_url,
+            "redis_url": redis_url,
+            "qdrant_url": "",
+            "qdrant_path": tmp / "qdrant",
+            "embedder": "hashing",
+            "llm_provider": "offline",
+        }
+    )
+    return settings, env
+
+
+def _spare_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class Api:
+    """A keep-alive connection to the server with the bench's key."""
+
+    def __init__(self, port: int, key: str) -> None:
+        self.connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        self.headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+
+    def post(self, path: str, payload: Any) -> tuple[int, Any]:
+        self.connection.request("POST", path, json.dumps(payload), self.headers)
+        response = self.connection.getresponse()
+        return response.status, json.loads(response.read())
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+def _serve(
+    env: dict[str, str], port: int, log_dir: Path, processes: int
+) -> subprocess.Popen[bytes]:
+    log_dir.mkdir(parents=True, exist_ok=True)
+    with (log_dir / "api.log").open("ab") as handle:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "memharness.cli",
+                "serve",
+                "--port",
+                str(port),
+                "--workers",
+                str(processes),
+            ],
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **env},
+            start_new_session=True,
+        )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError((log_dir / "api.log").read_text()[-2000:])
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
+        try:
+            connection.request("GET", "/readyz")
+            if connection.getresponse().status == 200:
+                return proc
+        except OSError:
+            pass
+        finally:
+            connection.close()
+        time.sleep(0.2)
+    raise TimeoutError("the API server did not become ready")
+
+
+def measure_record(client: MemoryClient, api: Api, samples: int, warmup: int) -> dict[str, float]:
+    inproc: list[float] = []
+    over_http: list[float] = []
+    for i in range(warmup + samples):
+        scope = {"task_id": "latency", "session_id": f"s-{i % 20}"}
+        content = CONTENTS[i % len(CONTENTS)].format(n=i)
+        started = time.perf_counter()
+        client.record(
+            f"{content} (in process)",
+            tenant_id="bench",
+            task_id=scope["task_id"],
+            session_id=scope["session_id"],
+        )
+        middle = time.perf_counter()
+        status, body = api.post("/v1/memories", {"content": f"{content} (http)", **scope})
+        ended = time.perf_counter()
+        if status != 202:
+            raise RuntimeError(f"POST /v1/memories answered {status}: {body}")
+        if i >= warmup:
+            inproc.append((middle - started) * 1000)
+            over_http.append((ended - middle) * 1000)
+    return {
+        "inproc_record_p50_ms": round(statistics.median(inproc), 3),
+        "inproc_record_p99_ms": round(_pct(inproc, 0.99), 3),
+        "http_record_p50_ms": round(statistics.median(over_http), 3),
+        "http_record_p99_ms": round(_pct(over_http, 0.99), 3),
+        "http_record_to_inproc_p50": round(
+            statistics.median(over_http) / statistics.median(inproc), 3
+        ),
+    }
+
+
+def measure_throughput(port: int, key: str, records: int) -> float:
+    per_client = records // CLIENTS
+    errors: list[str] = []
+    barrier = threading.Barrier(CLIENTS + 1)
+
+    def agent(index: int) -> None:
+        api = Api(port, key)
+        try:
+            api.post(
+                "/v1/memories", {"content": f"warm {index}", "task_id": "warm", "session_id": "w"}
+            )
+            barrier.wait()
+            for n in range(per_client):
+                status, body = api.post(
+                    "/v1/memories",
+                    {
+                        "content": CONTENTS[n % len(CONTENTS)].format(n=f"{index}-{n}"),
+                        "task_id": f"load-{index}",
+                        "session_id": "s",
+                    },
+                )
+                if status != 202:
+                    errors.append(f"{status}: {body}")
+                    return
+        finally:
+            api.close()
+
+    threads = [threading.Thread(target=agent, args=(i,)) for i in range(CLIENTS)]
+    for thread in threads:
+        thread.start()
+    barrier.wait()
+    started = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - started
+    if errors:
+        raise RuntimeError(errors[0])
+    return per_client * CLIENTS / elapsed
+
+
+def fill(client: MemoryClient, settings: Settings, memories: int) -> float:
+    """Top the store up to ``memories`` rows through the real write path; wait until drained."""
+    with psycopg.connect(settings.database_url, autocommit=True) as conn:
+        have = conn.execute("SELECT count(*) FROM memories").fetchone()
+    missing = max(0, memories - int(have[0] if have else 0))
+    started = time.perf_counter()
+    ids: list[uuid.UUID] = []
+    for start in range(0, missing, 500):
+        batch = [
+            {
+                "content": CONTENTS[n % len(CONTENTS)].format(n=f"fill-{n}"),
+                "tenant_id": "bench",
+                "task_id": f"task-{n % 5}",
+                "session_id": f"s-{n % 50}",
+            }
+            for n in range(start, min(missing, start + 500))
+        ]
+        ids.extend(receipt.memory_id for receipt in client.record_many(batch))
+    client.wait_until_settled(ids[-500:], timeout_s=600)
+    with psycopg.connect(settings.database_url, autocommit=True) as conn:
+        while conn.execute("SELECT count(*) FROM memories WHERE status = 'pending'").fetchone()[0]:  # type: ignore[index]
+            time.sleep(0.5)
+    elapsed = time.perf_counter() - started
+    wait_idle(settings)
+    return elapsed
+
+
+def wait_idle(settings: Settings, *, quiet_s: float = 2.0, timeout_s: float = 300.0) -> None:
+    """Until the owner's queues stay empty for ``quiet_s``: the follow-up work of the writes
+    (links, summaries) runs in the same worker as the context calls, and a context call
+    queued behind it would time the backlog, not the read."""
+    broker = redis.Redis.from_url(settings.redis_url)
+    queues = [queue.value for queue in CeleryQueue]
+    deadline = time.monotonic() + timeout_s
+    quiet_since: float | None = None
+    try:
+        while time.monotonic() < deadline:
+            if sum(int(broker.llen(queue)) for queue in queues) == 0:
+                quiet_since = quiet_since or time.monotonic()
+                if time.monotonic() - quiet_since >= quiet_s:
+                    return
+            else:
+                quiet_since = None
+            time.sleep(0.1)
+    finally:
+        broker.close()
+
+
+def measure_context(client: MemoryClient, api: Api, queries: int, warmup: int) -> dict[str, float]:
+    """``POST /v1/context`` and in-process ``MemoryClient.context`` alternate call by call."""
+    over_http: list[float] = []
+    inproc: list[float] = []
+    for i in range(warmup + queries):
+        task, query = f"task-{i % 5}", QUESTIONS[i % len(QUESTIONS)]
+        payload = {"task_id": task, "query": query, "budget_tokens": 8000}
+        started = time.perf_counter()
+        status, body = api.post("/v1/context", payload)
+        middle = time.perf_counter()
+        client.context(task, query, 8000, tenant_id="bench")
+        ended = time.perf_counter()
+        if status != 200:
+            raise RuntimeError(f"POST /v1/context answered {status}: {body}")
+        if i >= warmup:
+            over_http.append((middle - started) * 1000)
+            inproc.append((ended - middle) * 1000)
+    return {
+        "http_context_p50_ms": round(statistics.median(over_http), 2),
+        "http_context_p95_ms": round(_pct(over_http, 0.95), 2),
+        "inproc_context_p50_ms": round(statistics.median(inproc), 2),
+        "inproc_context_p95_ms": round(_pct(inproc, 0.95), 2),
+    }
+
+
+def run(
+    base: Settings,
+    *,
+    samples: int = 1000,
+    warmup: int = 100,
+    records: int = 4000,
+    memories: int = 10_000,
+    queries: int = 200,
+    redis_db: int | None = REDIS_DB,
+    server_processes: int = 1,
+) -> int:
+    """The whole run; ``redis_db`` None keeps the Redis database of ``base`` (tests)."""
+    from memharness.server.keys import create_key
+
+    tmp = Path(tempfile.mkdtemp(prefix="memharness-api-bench-"))
+    settings, env = _scratch(base, tmp, redis_db)
+    drop_database(settings.database_url)
+    migrate(settings.database_url)
+    redis.Redis.from_url(settings.redis_url).flushdb()
+    port = _spare_port()
+    out: dict[str, Any] = {
+        "bench": "api",
+        "cpus": os.cpu_count(),
+        "server_processes": server_processes,
+        "http_client": "http.client keep-alive",
+    }
+    worker = server = None
+    try:
+        worker = start_worker(
+            "api-bench-owner", ["write", "embed", "recall"], env=env, log_dir=tmp / "logs"
+        )
+        wait_for_worker(worker)
+        server = _serve(env, port, tmp / "logs", server_processes)
+        with psycopg.connect(settings.database_url, autocommit=True) as conn:
+            key, _ = create_key(conn, tenant_id="bench", scopes="read,write")
+        api = Api(port, key)
+        with MemoryClient(settings) as client:
+            _log(f"record: {samples} alternating in-process / HTTP calls")
+            out |= measure_record(client, api, samples, warmup)
+            _log(f"throughput: {records} records from {CLIENTS} HTTP clients")
+            out["records_per_s_8"] = round(measure_throughput(port, key, records), 1)
+            _log(f"filling the store to {memories} memories and draining it")
+            out["fill_s"] = round(fill(client, settings, memories), 1)
+            out["memories"] = memories
+            api.close()
+            # a fresh connection: uvicorn closes one idle past its keep-alive timeout (5 s)
+            api = Api(port, key)
+            _log(f"context: {queries} calls over HTTP")
+            out |= measure_context(client, api, queries, min(warmup, 20))
+        api.close()
+        out["targets"] = {k: (f"<= {v}" if k != "records_per_s_8" else f">= {v}")
+                          for k, v in TARGETS.items()}  # fmt: skip
+        out["meets_targets"] = (
+            out["http_record_p50_ms"] <= TARGETS["http_record_p50_ms"]
+            and out["http_record_to_inproc_p50"] <= TARGETS["http_record_to_inproc_p50"]
+            and out["records_per_s_8"] >= TARGETS["records_per_s_8"]
+        )
+    finally:
+        if server is not None:
+            server.terminate()
+            server.wait(timeout=15)
+        if worker is not None:
+            worker.stop()
+        drop_database(settings.database_url)
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(json.dumps(out, sort_keys=True))
+    return 0 if out.get("meets_targets") else 1
+
+
+def register_bench(
+    bench_subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> None:
+    """Add ``bench api``; its own ``func`` overrides the ``bench`` parser's."""
+    p = bench_subparsers.add_parser(
+        "api", help="HTTP record p50/p99 vs in-process, context p95, records/s of 8 clients"
+    )
+    p.add_argument("--samples", type=int, default=1000, help="record calls of each kind")
+    p.add_argument("--warmup", type=int, default=100)
+    p.add_argument("--records", type=int, default=4000, help="records of the 8-client run")
+    p.add_argument("--memories", type=int, default=10_000, help="store size of the context run")
+    p.add_argument("--queries", type=int, default=200, help="context calls")
+    p.add_argument(
+        "--server-processes", type=int, default=1, help="uvicorn worker processes of the server"
+    )
+    p.set_defaults(
+        func=lambda args: run(
+            get_settings(),
+            samples=args.samples,
+            warmup=args.warmup,
+            records=args.records,
+            memories=args.memories,
+            queries=args.queries,
+            server_processes=args.server_processes,
+        )
+    )

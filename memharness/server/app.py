@@ -1,0 +1,144 @@
+"""``create_app(settings)``: the FastAPI application of ``memharness serve``.
+
+One ``Runtime`` per server process, filled in the lifespan: the clients are built once (as
+a worker builds its clients once), never at import time. Every error leaves as the JSON of
+``memharness.server.errors``; nothing about a request's key is logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import redis.asyncio as aredis
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from psycopg_pool import AsyncConnectionPool
+
+from config import Settings, get_settings
+from memharness.server.access import ApiError
+from memharness.server.auth import KeyResolver, stop_toucher
+from memharness.server.errors import (
+    body,
+    conflict_body,
+    first_error,
+    invalid_body,
+    not_found_body,
+)
+from memharness.server.gate import BodyTooLarge, Gate, too_large_body
+from memharness.server.ratelimit import RateLimiter
+from memharness.server.routes import memories, own, reads, system, tasks
+from memharness.server.runtime import Runtime
+from pipelines.errors import Conflict, InvalidInput, NotFound
+
+log = logging.getLogger(__name__)
+
+DESCRIPTION = """Memory and task state for agents, over HTTP. Every `/v1/` call needs an API
+key (`Authorization: Bearer mh_...`, made with `memharness keys create`); the key names the
+tenant, so no body needs one. Errors are `{"error", "field", "message", "limit"}`."""
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    from memharness.aio import AsyncMemoryClient
+    from memharness.client import MemoryClient
+
+    runtime: Runtime = app.state.runtime
+    settings = runtime.settings
+    runtime.key_pool = AsyncConnectionPool(
+        settings.database_url,
+        min_size=1,
+        max_size=2,
+        kwargs={"autocommit": True, "application_name": "memharness-api-keys"},
+        open=False,
+    )
+    await runtime.key_pool.open(wait=True, timeout=15.0)
+    runtime.redis = aredis.Redis.from_url(
+        settings.redis_url, socket_timeout=2, socket_connect_timeout=2
+    )
+    runtime.resolver = KeyResolver(runtime.key_pool, cache_s=settings.api_key_cache_s)
+    runtime.limiter = RateLimiter(
+        runtime.redis, rate_per_s=settings.api_rate_limit_per_s, burst=settings.api_rate_limit_burst
+    )
+    runtime.client = MemoryClient(settings)
+    runtime.aclient = await AsyncMemoryClient(settings).open()
+    runtime.toucher = asyncio.create_task(runtime.resolver.touch_forever())
+    try:
+        yield
+    finally:
+        await stop_toucher(runtime.toucher, runtime.resolver)
+        await runtime.aclient.close()
+        runtime.client.close()
+        await runtime.redis.aclose()
+        await runtime.key_pool.close()
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    runtime = Runtime(settings or get_settings())
+    app = FastAPI(
+        title="memory-harness",
+        description=DESCRIPTION,
+        version="1",
+        lifespan=lifespan,
+    )
+    app.state.runtime = runtime
+    for module in (memories, own, reads, tasks, system):
+        app.include_router(module.router)
+    add_error_handlers(app)
+    app.add_middleware(Gate, runtime=runtime)
+    return app
+
+
+def app_from_env() -> FastAPI:
+    """The factory ``uvicorn --factory`` calls in each worker process of ``serve --workers``."""
+    return create_app(get_settings())
+
+
+def add_error_handlers(app: FastAPI) -> None:
+    def reply(status: int, payload: dict[str, object]) -> JSONResponse:
+        return JSONResponse(payload, status_code=status)
+
+    @app.exception_handler(InvalidInput)
+    async def _invalid(_: Request, exc: InvalidInput) -> JSONResponse:
+        return reply(422, invalid_body(exc))
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+        return reply(422, invalid_body(first_error(list(exc.errors()))))
+
+    @app.exception_handler(NotFound)
+    async def _not_found(_: Request, exc: NotFound) -> JSONResponse:
+        return reply(404, not_found_body(exc))
+
+    @app.exception_handler(Conflict)
+    async def _conflict(_: Request, exc: Conflict) -> JSONResponse:
+        return reply(409, conflict_body(exc))
+
+    @app.exception_handler(ApiError)
+    async def _refused(_: Request, exc: ApiError) -> JSONResponse:
+        return reply(exc.status, exc.payload)
+
+    @app.exception_handler(BodyTooLarge)
+    async def _too_large(_: Request, exc: BodyTooLarge) -> JSONResponse:
+        return reply(413, too_large_body(exc.limit))
+
+    @app.exception_handler(RecursionError)
+    async def _too_deep(_: Request, exc: RecursionError) -> JSONResponse:
+        # A JSON body nested past the parser's own limit never reaches a check of ours.
+        return reply(422, body("invalid_input", "body", "nests too deeply to be parsed"))
+
+    @app.exception_handler(404)
+    async def _no_route(request: Request, exc: Exception) -> JSONResponse:
+        return reply(404, body("not_found", "path", f"no route {request.url.path}"))
+
+    @app.exception_handler(405)
+    async def _no_method(request: Request, exc: Exception) -> JSONResponse:
+        return reply(405, body("method_not_allowed", "method", f"{request.method} is not allowed"))
+
+    @app.exception_handler(Exception)
+    async def _internal(request: Request, exc: Exception) -> JSONResponse:
+        log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
+        return reply(500, body("internal", None, "the server failed; see its log"))

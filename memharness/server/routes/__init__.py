@@ -1,0 +1,1 @@
+"""One module per resource; ``memharness.server.app`` includes each module's ``router``."""

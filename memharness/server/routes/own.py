@@ -1,0 +1,222 @@
+"""The data-ownership calls: correct a memory, forget (one memory, a task, a session, the
+whole tenant) and follow the erasure, a memory's history, the listings, and the streaming
+export. Each runs the Python client's own call, so the checks and errors are the same."""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Iterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request, Response
+from fastapi.responses import StreamingResponse
+
+from memharness.server.access import Reader, Writer, forbidden, own_tenant, runtime_of
+from memharness.server.keys import Scope
+from memharness.server.models import CorrectBody, ErrorOut, ForgetBody
+from memharness.server.routes.memories import json_response
+
+router = APIRouter(tags=["ownership"])
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorOut} for status in (401, 403, 404, 409, 413, 422, 429)
+}
+
+
+@router.post(
+    "/v1/memories/{memory_id}/correct",
+    responses=ERRORS,
+    summary="Replace what a memory says with a new version",
+)
+def correct_memory(memory_id: str, payload: CorrectBody, request: Request, key: Writer) -> Response:
+    """The old version is superseded (kept in its history, never recalled again); the
+    workers then re-derive what was built on it. 409 when the memory was forgotten or was
+    already corrected (correct the current version, ``current_id`` of its history)."""
+    receipt = runtime_of(request).client.correct(
+        memory_id,
+        payload.content,
+        tenant_id=own_tenant(key, payload.tenant_id),
+        reason=payload.reason,
+        actor=f"api:{key.prefix}",
+        type=payload.type,
+        metadata=payload.metadata,
+    )
+    return json_response(receipt.model_dump(mode="json"))
+
+
+@router.get(
+    "/v1/memories/{memory_id}/history",
+    responses=ERRORS,
+    summary="Every version of a memory and what happened to it",
+)
+def memory_history(memory_id: str, request: Request, key: Reader) -> Response:
+    history = runtime_of(request).client.history(memory_id, tenant_id=key.tenant_id)
+    return json_response(history.model_dump(mode="json"))
+
+
+@router.post(
+    "/v1/forget",
+    status_code=202,
+    responses=ERRORS,
+    summary="Erase a memory, a task, a session or the whole tenant",
+)
+def forget(payload: ForgetBody, request: Request, key: Writer) -> Response:
+    """Returns once the rows are tombstones (no PostgreSQL read returns the text); the
+    workers then reach every other copy and verify it: follow ``GET /v1/forget/{request_id}``
+    until ``done``. Forgetting again returns the first receipt with ``already: true``."""
+    tenant = own_tenant(key, payload.tenant_id)
+    if payload.whole_tenant and not key.allows(Scope.ADMIN):
+        raise forbidden("scope", "forgetting the whole tenant needs the admin scope")
+    receipt = runtime_of(request).client.forget(
+        tenant_id=tenant,
+        reason=payload.reason,
+        memory_id=payload.memory_id,
+        task_id=payload.task_id,
+        session_id=payload.session_id,
+        whole_tenant=payload.whole_tenant,
+        actor=f"api:{key.prefix}",
+    )
+    return json_response(receipt.model_dump(mode="json"), 202)
+
+
+@router.get(
+    "/v1/forget/{request_id}",
+    responses=ERRORS,
+    summary="Where an erasure stands: pending, running, done (verified) or dead",
+)
+def forget_status(request_id: str, request: Request, key: Reader) -> Response:
+    receipt = runtime_of(request).client.forget_status(request_id, tenant_id=key.tenant_id)
+    return json_response(receipt.model_dump(mode="json"))
+
+
+@router.get("/v1/memories", responses=ERRORS, summary="A page of the tenant's memories")
+def list_memories(
+    request: Request,
+    key: Reader,
+    task_id: str | None = None,
+    type: str | None = None,
+    level: str | None = None,
+    status: Annotated[
+        str | None, Query(description="stored (default), pending, corrected, forgotten or any")
+    ] = None,
+    since: Annotated[str | None, Query(description="ISO 8601; only memories from then")] = None,
+    cursor: Annotated[str | None, Query(description="next_cursor of the previous page")] = None,
+    limit: int = 50,
+) -> Response:
+    """Newest first; ``next_cursor`` is null on the last page. A forgotten memory lists as a
+    tombstone (id, scope, times, no content)."""
+    page = runtime_of(request).client.list_memories(
+        key.tenant_id,
+        task_id=task_id,
+        type=type,
+        level=level,
+        status=status,
+        since=since,
+        cursor=cursor,
+        limit=limit,
+    )
+    return json_response(page.model_dump(mode="json"))
+
+
+@router.get("/v1/semantic", responses=ERRORS, summary="A page of the tenant's knowledge")
+def list_semantic(
+    request: Request,
+    key: Reader,
+    kind: str | None = None,
+    status: str | None = None,
+    cursor: str | None = None,
+    limit: int = 50,
+) -> Response:
+    page = runtime_of(request).client.list_semantic(
+        key.tenant_id, kind=kind, status=status, cursor=cursor, limit=limit
+    )
+    return json_response(page.model_dump(mode="json"))
+
+
+class _LineQueue:
+    """The text sink ``export_tenant`` writes to: each write goes onto a bounded queue the
+    response reads from, so a slow reader holds the export back instead of the server's
+    memory filling; a reader that went away stops the export at its next write."""
+
+    def __init__(self) -> None:
+        self.items: queue.Queue[str | BaseException | None] = queue.Queue(maxsize=256)
+        self.closed = threading.Event()
+        self._buffer: list[str] = []
+        self._size = 0
+
+    def write(self, text: str) -> int:
+        if self.closed.is_set():
+            raise BrokenPipeError("the export's reader went away")
+        self._buffer.append(text)
+        self._size += len(text)
+        if self._size >= 65_536:
+            self.flush()
+        return len(text)
+
+    def flush(self) -> None:
+        if self._buffer:
+            chunk, self._buffer, self._size = "".join(self._buffer), [], 0
+            self._put(chunk)
+
+    def finish(self, error: BaseException | None) -> None:
+        if not self.closed.is_set():
+            self.flush()
+            self._put(error)
+
+    def _put(self, item: str | BaseException | None) -> None:
+        while not self.closed.is_set():
+            try:
+                self.items.put(item, timeout=0.5)
+                return
+            except queue.Full:
+                continue
+        raise BrokenPipeError("the export's reader went away")
+
+
+@router.get(
+    "/v1/export",
+    responses={200: {"content": {"application/x-ndjson": {}}}, **ERRORS},
+    summary="The tenant as versioned JSON Lines (the format of `memharness export`)",
+)
+def export(request: Request, key: Reader) -> StreamingResponse:
+    """Streams one consistent snapshot: a header line, memories with their versions, links,
+    knowledge, events, checkpoints, and an end line with the counts. A stream without its
+    end line was cut off: retry it. ``memharness import`` reads it back."""
+    client = runtime_of(request).client
+    sink = _LineQueue()
+
+    def run() -> None:
+        error: BaseException | None = None
+        try:
+            client.export(key.tenant_id, sink)  # type: ignore[arg-type]
+        except BrokenPipeError:
+            return
+        except BaseException as exc:
+            error = exc
+        try:
+            sink.finish(error)
+        except BrokenPipeError:
+            return
+
+    def lines() -> Iterator[bytes]:
+        worker = threading.Thread(target=run, name="memharness-export", daemon=True)
+        worker.start()
+        try:
+            while True:
+                item = sink.items.get()
+                if item is None:
+                    return
+                if isinstance(item, BaseException):
+                    # Headers are gone: cutting the stream (no end line) is the signal.
+                    raise item
+                yield item.encode()
+        finally:
+            sink.closed.set()
+
+    filename = f"memharness-{key.tenant_id}.jsonl"
+    return StreamingResponse(
+        lines(),
+        media_type="application/x-ndjson",
+        headers={"Content-Disposition": f'attachment; filename="{filename}"'},
+    )

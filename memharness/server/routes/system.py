@@ -1,0 +1,74 @@
+"""Liveness, readiness and the tenant's write funnel."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, Response
+
+from memharness.server.access import Reader, runtime_of
+from memharness.server.routes.memories import json_response
+
+router = APIRouter(tags=["system"])
+
+READY_TIMEOUT_S = 2.0
+
+
+@router.get("/healthz", summary="The process is up")
+async def healthz() -> Response:
+    return json_response({"status": "ok"})
+
+
+@router.get("/readyz", summary="PostgreSQL and Redis answer")
+async def readyz(request: Request) -> Response:
+    import asyncio
+
+    runtime = runtime_of(request)
+    checks: dict[str, str] = {}
+    try:
+        async with asyncio.timeout(READY_TIMEOUT_S):
+            async with runtime.key_pool.connection() as conn:
+                await conn.execute("SELECT 1")
+        checks["postgres"] = "ok"
+    except Exception as exc:
+        checks["postgres"] = type(exc).__name__
+    try:
+        async with asyncio.timeout(READY_TIMEOUT_S):
+            await runtime.redis.ping()
+        checks["redis"] = "ok"
+    except Exception as exc:
+        checks["redis"] = type(exc).__name__
+    # The health report (storage, retrieval, compression; workers.health.report), without
+    # the store owner's round trip: the last golden run's index counts.
+    from workers.health.report import health_report
+
+    try:
+        async with asyncio.timeout(READY_TIMEOUT_S * 5):
+            report = await asyncio.to_thread(health_report, runtime.settings, live_index=False)
+        health: dict[str, object] = report.as_dict()
+    except Exception as exc:
+        health = {"healthy": False, "error": type(exc).__name__}
+    ready = all(value == "ok" for value in checks.values()) and bool(health["healthy"])
+    return json_response(
+        {"status": "ready" if ready else "unready", **checks, "health": health},
+        200 if ready else 503,
+    )
+
+
+@router.get("/metrics", summary="Prometheus metrics of this server process")
+def metrics(request: Request) -> Response:
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+    from workers.health.endpoint import registry_for
+
+    settings = runtime_of(request).settings
+    registry, collector = registry_for(settings, multiproc_dir=None, ping_workers=False)
+    try:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+    finally:
+        collector.close()
+
+
+@router.get("/v1/stats", summary="The key's tenant's write funnel and job states")
+def stats(request: Request, key: Reader) -> Response:
+    return json_response(
+        {"tenant_id": key.tenant_id, **runtime_of(request).client.stats(key.tenant_id)}
+    )

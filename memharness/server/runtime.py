@@ -1,0 +1,29 @@
+"""What one server process holds, built once in the app's lifespan: the clients (one
+``MemoryClient`` for the calls that run in threads, one ``AsyncMemoryClient`` for ``record``
+on the event loop), the key resolver and the rate limiter."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from config import Settings
+
+if TYPE_CHECKING:
+    from memharness.aio import AsyncMemoryClient
+    from memharness.client import MemoryClient
+    from memharness.server.auth import KeyResolver
+    from memharness.server.ratelimit import RateLimiter
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    client: MemoryClient = field(init=False)
+    aclient: AsyncMemoryClient = field(init=False)
+    resolver: KeyResolver = field(init=False)
+    limiter: RateLimiter = field(init=False)
+    key_pool: Any = field(init=False)
+    redis: Any = field(init=False)
+    toucher: asyncio.Task[None] | None = None

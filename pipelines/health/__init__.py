@@ -1,0 +1,1 @@
+"""Operations' pure rules: the signals metrics are made of, golden queries, health verdicts."""

@@ -1,0 +1,2 @@
+"""Operations in the workers: golden-query runs, the health report, the metrics endpoint and
+its scrape-time gauges."""
