@@ -22,6 +22,7 @@ from psycopg_pool import AsyncConnectionPool
 from config import Settings, get_settings
 from pipelines.records import MemoryType, Modality
 from pipelines.write.request import NewMemory, prepare_write
+from workers.metrics import count_records
 from workers.write.plan import (
     Plan,
     WriteOutcome,
@@ -127,6 +128,7 @@ class AsyncMemoryClient:
         async with self._pool.connection() as conn:
             outcome = await run_plan(conn, plan_write(new))
         await self._after_commit(outcome.window, outcome.publish_id)
+        count_records((outcome.receipt,))
         return outcome.receipt
 
     async def _after_commit(self, turns: Sequence[NewMemory], publish_id: Any) -> None:

@@ -79,6 +79,10 @@ class ReceiptOut(BaseModel):
     reason: str
 
 
+class ReceiptsOut(BaseModel):
+    receipts: list[ReceiptOut] = Field(description="One per item, in the items' order.")
+
+
 class ErrorOut(BaseModel):
     error: str
     field: str | None

@@ -4,11 +4,17 @@ A new preference, decision or constraint supersedes an older memory of the same 
 same tenant and user, a preference or decision too, at level 0) when the two are about the
 same thing and say opposite things:
 
-* they share their topic (at least half of the smaller topic's words, the measure
-  consolidation uses), and
-* their stances are opposed (opposite ends of an axis such as tabs/spaces or brief/detailed,
-  or a negation), or the new one says it corrects ("actually", "no longer", "instead",
-  "changed my mind", 不再, 改为, 改成, 其实) and shares at least two thirds of its topic.
+* a sentence of each shares its topic with the other (at least half of the smaller topic's
+  words, the measure consolidation uses), and
+* those two sentences' stances are opposed (opposite ends of an axis such as tabs/spaces or
+  brief/detailed, or a negation), or the new memory says it corrects ("actually", "no
+  longer", "instead", "changed my mind", 不再, 改为, 改成, 其实) and the two sentences share
+  at least two thirds of their topic.
+
+Sentence by sentence, because a long note covers half the words of any short decision and
+carries a negation somewhere: "We decided to keep the outbox in PostgreSQL" is not
+contradicted by a meeting note that agrees with it in one sentence and says "the payments
+module is blocked" in another.
 
 A situation decides between superseding and keeping both: when either states one ("when
 reviewing", "if it is an incident", 遇到架构问题时) the other does not share, both hold, each in
@@ -24,8 +30,16 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict
 
-from pipelines.cognition.stance import conditions_of, opposed, stance_of, topic_of, topic_overlap
+from pipelines.cognition.stance import (
+    Stance,
+    conditions_of,
+    opposed,
+    stance_of,
+    topic_of,
+    topic_overlap,
+)
 from pipelines.records import EpisodicMemory, Level, MemoryType
+from pipelines.text.sentences import split_sentences
 from pipelines.text.words import fold, has_han, normalise_token
 
 # The types whose later statements replace earlier ones: what the user wants (preference),
@@ -78,16 +92,45 @@ def topic_words(text: str) -> frozenset[str]:
     return topic_of(_CORRECTION_CUE_RE.sub(" ", text), None) - _CUE_TOKENS
 
 
+def _statements(text: str) -> list[tuple[frozenset[str], Stance]]:
+    """Each sentence's topic words and stance (sentences without topic words left out)."""
+    parts = []
+    for sentence in split_sentences(text) or [text]:
+        topic = topic_words(sentence)
+        if topic:
+            parts.append((topic, stance_of(sentence)))
+    return parts
+
+
+def _conflict(
+    older: list[tuple[frozenset[str], Stance]],
+    newer: list[tuple[frozenset[str], Stance]],
+    cued: bool,
+) -> tuple[str, float] | None:
+    """Why the newer statements replace the older ones, and the topic overlap of the
+    sentences that say so; None when no pair of sentences conflicts."""
+    cue: tuple[str, float] | None = None
+    for old_topic, old_stance in older:
+        for new_topic, new_stance in newer:
+            overlap = topic_overlap(old_topic, new_topic)
+            if overlap < TOPIC_OVERLAP:
+                continue
+            if opposed(old_stance, new_stance):
+                return "states the opposite on the same topic", overlap
+            if cued and overlap >= CUED_TOPIC_OVERLAP and cue is None:
+                cue = "says it corrects an earlier statement on the same topic", overlap
+    return cue
+
+
 def contradicted(new: EpisodicMemory, older: Sequence[EpisodicMemory]) -> list[Supersession]:
     """The older memories ``new`` supersedes (see the module docstring); ``older`` are the
     candidates, any order; only those before ``new`` in time count."""
     if not _correctable(new):
         return []
     new_situation = situation_of(new.content)
-    new_topic = topic_words(new.content)
-    if not new_topic:
+    new_parts = _statements(new.content)
+    if not new_parts:
         return []
-    new_stance = stance_of(new.content)
     cued = has_correction_cue(new.content)
     found: list[Supersession] = []
     for old in older:
@@ -99,15 +142,10 @@ def contradicted(new: EpisodicMemory, older: Sequence[EpisodicMemory]) -> list[S
             continue
         if situation_of(old.content) != new_situation:
             continue  # each holds in its own situation
-        overlap = topic_overlap(topic_words(old.content), new_topic)
-        if overlap < TOPIC_OVERLAP:
+        conflict = _conflict(_statements(old.content), new_parts, cued)
+        if conflict is None:
             continue
-        if opposed(stance_of(old.content), new_stance):
-            why = "states the opposite on the same topic"
-        elif cued and overlap >= CUED_TOPIC_OVERLAP:
-            why = "says it corrects an earlier statement on the same topic"
-        else:
-            continue
+        why, overlap = conflict
         found.append(
             Supersession(
                 old_id=old.id,

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from memharness.server.access import Reader, Writer, key_of, own_agent, own_tenant, runtime_of
 from memharness.server.errors import from_validation
 from memharness.server.keys import Scope
-from memharness.server.models import BatchBody, ErrorOut, NewMemoryBody, ReceiptOut
+from memharness.server.models import BatchBody, ErrorOut, NewMemoryBody, ReceiptOut, ReceiptsOut
 from pipelines.errors import InvalidInput, NotFound
 from pipelines.write.request import check_write_metadata
 from workers.write.plan import WriteReceipt
@@ -92,7 +92,7 @@ async def record_memory(request: Request) -> Response:
 @router.post(
     "/v1/memories:batch",
     status_code=202,
-    responses={202: {"model": list[ReceiptOut]}, **ERRORS},
+    responses={202: {"model": ReceiptsOut}, **ERRORS},
     summary="Record several interactions",
 )
 def record_batch(payload: BatchBody, request: Request, key: Writer) -> Response:

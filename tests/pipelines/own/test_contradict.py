@@ -71,6 +71,13 @@ def test_a_later_opposite_statement_on_the_same_topic_supersedes(
         ("I prefer brief answers.", "Please keep answers short."),
         # each holds in its own situation
         ("When reviewing architecture I want detailed answers.", "I like brief answers."),
+        # a long note that agrees in one sentence and is negative in another
+        (
+            "We decided to keep the outbox in PostgreSQL because it commits with the memory.",
+            "We reviewed the billing rewrite today. The team decided to keep invoices in "
+            "PostgreSQL because the ledger needs transactions. Status: the payments module is "
+            "blocked on SEC-12 until the audit finishes. Nobody complained about lunch.",
+        ),
     ],
 )
 def test_what_does_not_contradict_is_left_alone(old: str, new: str) -> None:
@@ -95,3 +102,17 @@ def test_correction_cues_in_both_languages() -> None:
     assert has_correction_cue("we no longer deploy on Fridays")
     assert has_correction_cue("以后改用空格")
     assert not has_correction_cue("We use spaces")
+
+
+def test_the_conflicting_sentence_of_a_longer_note_still_supersedes() -> None:
+    earlier = memory("We decided to use PostgreSQL for storage.", "decision")
+    later = memory(
+        "Meeting notes from Tuesday. Actually we decided to use MySQL for storage instead. "
+        "Bob will share the plan on Friday.",
+        "decision",
+        minute=5,
+    )
+
+    [found] = contradicted(later, [earlier])
+
+    assert found.old_id == earlier.id
