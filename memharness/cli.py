@@ -204,7 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="LoCoMo evidence recall: dense vs dense+sparse vs the full read pipeline",
     )
     b.add_argument("--data", required=True, help="LoCoMo-format JSON, read at run time")
-    b.add_argument("--embedder", choices=["hashing", "minilm"], default="hashing")
+    b.add_argument("--embedder", choices=["hashing", "minilm", "e5"], default="hashing")
     b = bench.add_parser("compression", help="fact recall and ratio of L1/L2 compression")
     b.add_argument("--data", required=True, help="LoCoMo-format JSON, read at run time")
     b.add_argument("--l1-ratio", type=float, default=None, help="L1 target ratio (policy: 10)")

@@ -25,7 +25,28 @@ class Embedder(Protocol):
     @property
     def dim(self) -> int: ...
 
-    def embed(self, texts: Sequence[str]) -> list[list[float]]: ...
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """Vectors of stored texts (memories, their context strings, knowledge)."""
+        ...
+
+
+@runtime_checkable
+class QueryEmbedder(Embedder, Protocol):
+    """An embedder trained with a different form for questions than for the texts that
+    answer them (e5's ``query: `` and ``passage: `` prefixes): the read path embeds what it
+    is asked with ``embed_query``, everything stored with ``embed``."""
+
+    def embed_query(self, texts: Sequence[str]) -> list[list[float]]: ...
+
+
+def embed_queries(embedder: Embedder, texts: Sequence[str]) -> list[list[float]]:
+    """Vectors of questions asked of the store: ``embed_query`` where the embedder has one
+    (an asymmetric model), else ``embed`` (a symmetric one: the same vector either way)."""
+    embed_query = getattr(embedder, "embed_query", None)
+    if embed_query is None:
+        return embedder.embed(texts)
+    vectors: list[list[float]] = embed_query(texts)
+    return vectors
 
 
 # Names of the two dense vectors of a point: what the memory says, and the situation it was

@@ -45,6 +45,10 @@ def build_embedder(settings: Settings) -> Embedder:
             dim=settings.embed_dim,
             timeout_s=settings.llm_timeout_s,
         )
+    if settings.embedder == "e5":
+        from workers.adapters.embed_e5 import E5Embedder
+
+        return E5Embedder(threads=settings.embed_threads)
     from workers.adapters.embed_st import SentenceTransformerEmbedder
 
     return SentenceTransformerEmbedder(settings.embed_model)

@@ -10,6 +10,7 @@ from typing import Any
 
 from psycopg.rows import dict_row
 
+from pipelines.index.vectors import embed_queries
 from workers.clients import Clients
 from workers.index.targets import EPISODIC, dense_search_target
 
@@ -30,7 +31,7 @@ def search(
         # A re-embed run is building the current model's vectors: a dense score against the
         # old ones would mix versions. context() still answers from full-text and recency.
         return []
-    vector = ctx.embedder.embed([query])[0]
+    vector = embed_queries(ctx.embedder, [query])[0]
     hits = ctx.vectors.search(
         collection, vector, tenant_id=tenant_id, task_id=task_id, limit=limit + EXTRA_HITS
     )
