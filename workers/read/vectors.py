@@ -1,5 +1,5 @@
 """The read path's vector side: dense recall through the index port, with the step's context
-fused in.
+fused in, and the code vectors of code memories for a question in code's terms.
 """
 
 from __future__ import annotations
@@ -11,7 +11,13 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from pipelines.index.vectors import ContextFusion, Embedder, VectorIndex, embed_queries
+from pipelines.index.vectors import (
+    CODE_VECTOR,
+    ContextFusion,
+    Embedder,
+    VectorIndex,
+    embed_queries,
+)
 from pipelines.read.recall import RecallHit, RecallScope
 from workers.metrics import observe_vector_search
 from workers.read.sql import Memo
@@ -32,9 +38,11 @@ class VectorRecall:
         collection: str | None,
         vector_lock: threading.Lock,
         fusion: tuple[str, tuple[float, float]] | None = None,
+        code_embedder: Embedder | None = None,
     ) -> None:
         self._vectors = vectors
         self._embedder = embedder
+        self._code_embedder = code_embedder
         self._collection = collection
         self._vector_lock = vector_lock
         self._fusion = fusion
@@ -124,6 +132,27 @@ class VectorRecall:
                     future.set_result([RecallHit(id=str(h.id), score=h.score) for h in hits])
         by_text = {text: future.result() for text, (future, _) in zip(unique, futures, strict=True)}
         return [list(by_text[text]) for text in texts]
+
+    def search_code(self, text: str, scope: RecallScope, limit: int) -> list[RecallHit]:
+        """Code memories by their code vectors: ``text`` read as code, embedded as a
+        question by the code embedder. Nothing when code vectors are off."""
+        collection = self._collection
+        if collection is None or self._code_embedder is None:
+            return []
+        vector = embed_queries(self._code_embedder, [text])[0]
+        with self._vector_lock:
+            searched = time.perf_counter()
+            hits = self._vectors.search(
+                collection,
+                vector,
+                tenant_id=scope.tenant_id,
+                task_id=scope.task_id,
+                limit=limit,
+                using=CODE_VECTOR,
+                with_payload=False,
+            )
+            observe_vector_search(time.perf_counter() - searched)
+        return [RecallHit(id=str(h.id), score=h.score) for h in hits]
 
     def similarity(self, text: str, ids: Sequence[str], scope: RecallScope) -> dict[str, float]:
         """The cosine of ``text`` with the stored content vectors of ``ids``: one search
