@@ -146,7 +146,7 @@ class QdrantIndex:
             if CODE_VECTOR not in sizes:
                 log.warning(
                     "collection %s has no %s vector: code memories are found by their content "
-                    "only until it is rebuilt (memharness index rebuild)",
+                    "only until it is rebuilt (task memory.maintenance.rebuild_index)",
                     name,
                     CODE_VECTOR,
                 )
