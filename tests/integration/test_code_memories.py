@@ -9,6 +9,7 @@ vector (identifiers split into words) lets a question naming one find code namin
 
 from __future__ import annotations
 
+import time
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -128,3 +129,53 @@ def test_with_code_vectors_off_the_text_path_alone_misses_the_snippet(client, wo
     # then the content vectors alone rank the chatter that shares the question's words first
     assert hits
     assert hits[0]["id"] != str(ids[SNIPPET])
+
+
+def test_code_vectors_are_made_again_by_a_re_embed_run(client, workers, db, settings):  # type: ignore[no-untyped-def]
+    # given code memories among chatter, stored by an owner
+    owner = workers("owner", ("write", "embed", "recall"))
+    ids = _record_all(client)
+    owner.stop(timeout_s=10)
+
+    # when the owner restarts with another embedder (96-d) and a write starts the re-embed run
+    owner = workers(
+        "owner-96",
+        ("write", "embed", "recall"),
+        env={"MEMHARNESS_EMBED_DIM": "96", "MEMHARNESS_INDEX_BATCH_SIZE": "10"},
+    )
+    late = client.record(
+        "def cache_key(user_id: int) -> str:\n    return f'user:{user_id}'",
+        tenant_id=TENANT,
+        task_id=TASK,
+        session_id="s-2",
+        modality="code",
+    )
+    client.wait_until_settled([late.memory_id], timeout_s=60)
+    deadline = time.monotonic() + 90
+    finished = None
+    while time.monotonic() < deadline:
+        finished = db.execute(
+            "SELECT finished_at IS NOT NULL FROM cognition_runs WHERE kind = 'reembed'"
+        ).fetchone()
+        if finished is not None and finished[0]:
+            break
+        time.sleep(0.2)
+    assert finished is not None and finished[0]
+
+    # then a code question still finds the snippet first, from the new generation
+    hits = client.recall(QUESTION, tenant_id=TENANT, task_id=TASK, limit=5)
+    assert hits[0]["id"] == str(ids[SNIPPET])
+    owner.stop(timeout_s=10)
+
+    # and every code memory there has a 96-d code vector, the chatter none
+    alias = f"{settings.collection_prefix}_episodic"
+    store = EdgeIndex(settings.qdrant_path)
+    try:
+        assert store.embedding_version(alias) == "hashing-v2/96"
+        points = {p.id: p for p in store.retrieve(alias, [*ids.values(), late.memory_id])}
+        for memory_id in [*(ids[text] for text in CODE), late.memory_id]:
+            code = points[memory_id].code
+            assert code is not None and len(code) == 96
+        assert all(points[ids[text]].code is None for text in CHATTER)
+    finally:
+        store.close()
