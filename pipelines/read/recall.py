@@ -31,6 +31,7 @@ from pipelines.read.config import DEFAULT_CONFIG, RRF_K, RetrievalConfig
 from pipelines.read.rewrite import VARIANT_WEIGHTS, QueryVariants
 from pipelines.records import Level, MemoryType
 from pipelines.text.analyzer import analyze
+from pipelines.text.code import looks_like_code
 from pipelines.text.memo import memo_texts
 from pipelines.text.words import content_tokens, has_han
 
@@ -102,6 +103,15 @@ class DenseRecaller(Protocol):
 
     def similarity(self, text: str, ids: Sequence[str], scope: RecallScope) -> dict[str, float]:
         """Cosine of ``text`` with stored memories (those recalled by other means)."""
+        ...
+
+
+@runtime_checkable
+class CodeRecaller(Protocol):
+    """The code side of the dual encoder: code memories by their code vector."""
+
+    def search_code(self, text: str, scope: RecallScope, limit: int) -> list[RecallHit]:
+        """Code memories nearest ``text`` read as code (``pipelines.text.code``)."""
         ...
 
 
@@ -383,6 +393,12 @@ def recall_all(
     # after the fusion, it runs while this thread searches the vectors and fuses, and
     # delays none of the searches the fusion waits for (one statement, no round trip).
     queue_knowledge(variants.literal, scope, recallers)
+    # A question in code's terms searches the code vectors first (the dual encoder by
+    # modality), then the content vectors as every question does; the lists are fused.
+    code_hits: list[RecallHit] | None = None
+    search_code = getattr(recallers.dense, "search_code", None)
+    if search_code is not None and looks_like_code(variants.literal):
+        code_hits = search_code(variants.literal, scope, config.dense_limit)
     dense_many: Callable[[Sequence[str], RecallScope, int], list[list[RecallHit]]] | None
     dense_many = getattr(recallers.dense, "search_dense_many", None)
     if dense_many is not None:
@@ -395,8 +411,11 @@ def recall_all(
         future.result() if future is not None else job.run()
         for job, future in zip(jobs, futures, strict=True)
     ]
-    # Each variant's dense list, then its sparse one, then the temporal list.
+    # The code list (a question in code's terms), each variant's dense list, then its
+    # sparse one, then the temporal list.
     lists = []
+    if code_hits is not None:
+        lists.append(RecallList(source="code", variant="literal", hits=tuple(code_hits)))
     for index, (name, _) in enumerate(named):
         lists.append(RecallList(source="dense", variant=name, hits=tuple(dense_hits[index])))
         lists.append(RecallList(source="sparse", variant=name, hits=tuple(results[index])))
@@ -409,6 +428,11 @@ def recall_all(
     return lists
 
 
+# The lists whose scores are embedding cosines: a candidate's ``dense`` score is its best
+# cosine through either encoder (a code memory found by its code vector is judged by it).
+DENSE_SOURCES = frozenset({"dense", "code"})
+
+
 def fuse(
     lists: Sequence[RecallList],
     source_weights: Mapping[str, float],
@@ -416,7 +440,8 @@ def fuse(
     k: int = RRF_K,
 ) -> list[tuple[str, float, float | None, tuple[str, ...]]]:
     """Weighted RRF: Σ w_source·w_variant / (k + rank). Returns (id, score, best dense
-    score, sources), best first; ties by id so the order is deterministic."""
+    score (``DENSE_SOURCES``), sources), best first; ties by id so the order is
+    deterministic."""
     scores: dict[str, float] = {}
     dense: dict[str, float] = {}
     sources: dict[str, list[str]] = {}
@@ -431,7 +456,7 @@ def fuse(
             rank += 1
             scores[hit.id] = scores.get(hit.id, 0.0) + weight / (k + rank)
             sources.setdefault(hit.id, []).append(f"{recall.source}:{recall.variant}")
-            if recall.source == "dense":
+            if recall.source in DENSE_SOURCES:
                 dense[hit.id] = max(dense.get(hit.id, -math.inf), hit.score)
     ranked = sorted(scores.items(), key=lambda item: (-item[1], item[0]))
     return [(key, score, dense.get(key), tuple(sources[key])) for key, score in ranked]

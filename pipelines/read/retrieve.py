@@ -2,7 +2,8 @@
 
 1. Three query variants (``pipelines.rewrite``).
 2. Recall: dense top-50 and keyword top-50 for each variant, temporal recall of the last
-   7 days top-20; every recaller is scoped by tenant and task (``RecallScope``).
+   7 days top-20, and for a question in code's terms the code vectors' top-50 first; every
+   recaller is scoped by tenant and task (``RecallScope``).
 3. Weighted reciprocal-rank fusion (weights from the focus and the variant), dedupe by id and
    by normalised content.
 4. Rerank cascade: a cheap local reranker over the top 50 (fused rank, dense similarity,
@@ -177,7 +178,12 @@ def retrieve(
     weights = focus.fusion_weights()
     fused = fuse(
         lists,
-        {"dense": weights.dense, "sparse": weights.sparse, "temporal": weights.temporal},
+        {
+            "dense": weights.dense,
+            "sparse": weights.sparse,
+            "temporal": weights.temporal,
+            "code": weights.dense * config.code_weight,
+        },
         VARIANT_WEIGHTS,
         config.rrf_k,
     )

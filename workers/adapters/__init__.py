@@ -45,9 +45,22 @@ def build_embedder(settings: Settings) -> Embedder:
             dim=settings.embed_dim,
             timeout_s=settings.llm_timeout_s,
         )
+    if settings.embedder == "e5":
+        from workers.adapters.embed_e5 import E5Embedder
+
+        return E5Embedder(threads=settings.embed_threads)
     from workers.adapters.embed_st import SentenceTransformerEmbedder
 
     return SentenceTransformerEmbedder(settings.embed_model)
+
+
+def build_code_embedder(settings: Settings, embedder: Embedder) -> Embedder | None:
+    """The embedder of code memories' code vector (None: code vectors are off)."""
+    if settings.code_embedder == "off":
+        return None
+    from workers.adapters.embed_code import IdentifierEmbedder
+
+    return IdentifierEmbedder(embedder)
 
 
 def build_vector_index(settings: Settings) -> VectorIndex:

@@ -37,6 +37,7 @@ from typing import Any
 import qdrant_edge as qe
 
 from pipelines.index.vectors import (
+    CODE_VECTOR,
     CONTENT_VECTOR,
     CONTEXT_VECTOR,
     SCOPE_FIELD,
@@ -247,14 +248,15 @@ class EdgeIndex:
                         f"collection {name} holds {size}-d vectors but the embedder makes "
                         f"{dim}-d; re-embed into a new collection instead of mixing versions"
                     )
-                if CONTEXT_VECTOR not in sizes:  # a store from before context vectors
-                    shard = self._open(physical)
-                    assert shard is not None
-                    shard.update(
-                        qe.UpdateOperation.create_dense_vector(
-                            CONTEXT_VECTOR, dim, qe.Distance.Cosine
+                # A store from before context or code vectors gets the vector, empty: its
+                # points gain one as they are written again (a rebuild writes them all).
+                for missing in (CONTEXT_VECTOR, CODE_VECTOR):
+                    if missing not in sizes:
+                        shard = self._open(physical)
+                        assert shard is not None
+                        shard.update(
+                            qe.UpdateOperation.create_dense_vector(missing, dim, qe.Distance.Cosine)
                         )
-                    )
             self._dims[name] = dim
 
     def create_collection(
@@ -271,7 +273,7 @@ class EdgeIndex:
                 raise ValueError(f"{name} is an alias; a collection cannot shadow it")
             vector = qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine)
             config = qe.EdgeConfig(
-                vectors={CONTENT_VECTOR: vector, CONTEXT_VECTOR: vector},
+                vectors={CONTENT_VECTOR: vector, CONTEXT_VECTOR: vector, CODE_VECTOR: vector},
                 hnsw_config=qe.HnswIndexConfig(
                     m=params.hnsw_m,
                     ef_construct=params.hnsw_ef_construct,
@@ -392,6 +394,7 @@ class EdgeIndex:
                     id=uuid.UUID(str(record.id)),
                     vector=list(vectors[CONTENT_VECTOR]),
                     context=list(vectors[CONTEXT_VECTOR]) if CONTEXT_VECTOR in vectors else None,
+                    code=list(vectors[CODE_VECTOR]) if CODE_VECTOR in vectors else None,
                     payload=_own_payload(record.payload),
                 )
             )
@@ -572,6 +575,8 @@ def _point(point: VectorPoint) -> qe.Point:
     vectors: dict[str, Any] = {CONTENT_VECTOR: point.vector}
     if point.context is not None:
         vectors[CONTEXT_VECTOR] = point.context
+    if point.code is not None:
+        vectors[CODE_VECTOR] = point.code
     payload = dict(point.payload)
     tenant, task = payload.get("tenant_id"), payload.get("task_id")
     if isinstance(tenant, str) and isinstance(task, str):

@@ -25,6 +25,7 @@ from typing import Any
 from qdrant_client import QdrantClient, models
 
 from pipelines.index.vectors import (
+    CODE_VECTOR,
     CONTENT_VECTOR,
     CONTEXT_VECTOR,
     CollectionParams,
@@ -73,6 +74,9 @@ class QdrantIndex:
             self.local = True
         self._known: dict[str, int] = {}
         self._ef: dict[str, int | None] = {}
+        # The named vectors of each physical collection: Qdrant cannot add one to an existing
+        # collection, so one built before code vectors has none until it is rebuilt.
+        self._names: dict[str, frozenset[str]] = {}
 
     # -- names ------------------------------------------------------------------------------
 
@@ -139,6 +143,13 @@ class QdrantIndex:
                     f"collection {name} has no {CONTEXT_VECTOR} vector; rebuild it "
                     "(memharness index rebuild) to add one"
                 )
+            if CODE_VECTOR not in sizes:
+                log.warning(
+                    "collection %s has no %s vector: code memories are found by their content "
+                    "only until it is rebuilt (task memory.maintenance.rebuild_index)",
+                    name,
+                    CODE_VECTOR,
+                )
         self._known[name] = dim
 
     def create_collection(
@@ -154,7 +165,7 @@ class QdrantIndex:
         vector = models.VectorParams(size=dim, distance=models.Distance.COSINE)
         self._client.create_collection(
             name,
-            vectors_config={CONTENT_VECTOR: vector, CONTEXT_VECTOR: vector},
+            vectors_config={CONTENT_VECTOR: vector, CONTEXT_VECTOR: vector, CODE_VECTOR: vector},
             hnsw_config=models.HnswConfigDiff(
                 m=params.hnsw_m, ef_construct=params.hnsw_ef_construct
             ),
@@ -177,6 +188,7 @@ class QdrantIndex:
         self._client.delete_collection(name)
         self._known = {k: v for k, v in self._known.items() if k != name}
         self._ef.pop(name, None)
+        self._names.pop(name, None)
 
     def _metadata(self, physical: str) -> dict[str, Any]:
         return dict(self._client.get_collection(physical).config.metadata or {})
@@ -198,13 +210,25 @@ class QdrantIndex:
 
     # -- points -----------------------------------------------------------------------------
 
+    def _has_vector(self, collection: str, name: str) -> bool:
+        physical = self.resolve(collection)
+        if physical is None:
+            return False
+        names = self._names.get(physical)
+        if names is None:
+            vectors = self._client.get_collection(physical).config.params.vectors
+            names = frozenset(vectors) if isinstance(vectors, dict) else frozenset()
+            self._names[physical] = names
+        return name in names
+
     def upsert(self, collection: str, points: Sequence[VectorPoint]) -> None:
         if not points:
             return
+        code = any(p.code is not None for p in points) and self._has_vector(collection, CODE_VECTOR)
         self._client.upsert(
             collection,
             points=[
-                models.PointStruct(id=str(p.id), vector=_vectors(p), payload=p.payload)
+                models.PointStruct(id=str(p.id), vector=_vectors(p, code=code), payload=p.payload)
                 for p in points
             ],
             wait=True,
@@ -276,6 +300,7 @@ class QdrantIndex:
                     id=uuid.UUID(str(record.id)),
                     vector=list(vectors[CONTENT_VECTOR]),
                     context=list(vectors[CONTEXT_VECTOR]) if CONTEXT_VECTOR in vectors else None,
+                    code=list(vectors[CODE_VECTOR]) if CODE_VECTOR in vectors else None,
                     payload=dict(record.payload or {}),
                 )
             )
@@ -307,6 +332,8 @@ class QdrantIndex:
     ) -> list[VectorHit]:
         if self.resolve(collection) is None or (ids is not None and not ids):
             return []
+        if using != CONTENT_VECTOR and not self._has_vector(collection, using):
+            return []
         flt = _scope_filter(tenant_id, task_id, since_ts, ids)
         request = self._request(collection, vector, flt, limit, using, fusion, with_payload)
         (response,) = self._client.query_batch_points(collection, requests=[request])
@@ -328,6 +355,8 @@ class QdrantIndex:
         if not vectors:
             return []
         if self.resolve(collection) is None:
+            return [[] for _ in vectors]
+        if using != CONTENT_VECTOR and not self._has_vector(collection, using):
             return [[] for _ in vectors]
         flt = _scope_filter(tenant_id, task_id, since_ts)
         responses = self._client.query_batch_points(
@@ -409,10 +438,13 @@ class QdrantIndex:
         self._client.close()
 
 
-def _vectors(point: VectorPoint) -> dict[str, list[float]]:
+def _vectors(point: VectorPoint, *, code: bool = True) -> dict[str, list[float]]:
+    """The point's named vectors; its code vector only where the collection has one."""
     vectors = {CONTENT_VECTOR: point.vector}
     if point.context is not None:
         vectors[CONTEXT_VECTOR] = point.context
+    if code and point.code is not None:
+        vectors[CODE_VECTOR] = point.code
     return vectors
 
 

@@ -1,6 +1,6 @@
 """Summaries and imported memories into the index (``embed`` queue, the store's owner): their
-rows are embedded (content and context vectors) and their ``embedding_version`` recorded;
-retired and evicted rows are unindexed.
+rows are embedded (content and context vectors, a code memory's code vector too) and their
+``embedding_version`` recorded; retired and evicted rows are unindexed.
 """
 
 from __future__ import annotations
@@ -33,7 +33,12 @@ def drain_embeddings(ctx: Clients) -> dict[str, Any]:
     if todo:
         # Content and context vectors, as the drain and the rebuilds make them: a summary or an
         # imported memory without its context vector would rank lower than its peers.
-        points = build_points(ctx.embedder, index_spec(settings, EPISODIC), [r for _, r in todo])
+        points = build_points(
+            ctx.embedder,
+            index_spec(settings, EPISODIC),
+            [r for _, r in todo],
+            ctx.code_embedder,
+        )
         # During a re-embed run the new generation takes the new model's vectors; raises
         # IndexNotReady (the jobs' leases then expire and they are retried) until it exists.
         collection = write_target(ctx, EPISODIC)

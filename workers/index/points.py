@@ -14,6 +14,7 @@ from psycopg.rows import dict_row
 
 from pipelines.index.context_vector import context_text
 from pipelines.index.vectors import Embedder, VectorIndex, VectorPoint
+from pipelines.records import Modality
 from workers.clients import Clients
 from workers.index.targets import EPISODIC, IndexBusy, IndexSpec, episodic_payload, semantic_payload
 
@@ -22,6 +23,7 @@ LOCK_KEY = "memharness:index:lock:{alias}"
 # before it is given up: each round is short, so only a store that keeps changing under a
 # server-mode rebuild takes more than one.
 VERIFY_ROUNDS = 3
+CODE_MODALITY = Modality.CODE.value
 # The hashing and remote embedders both take a few hundred texts per call comfortably.
 EMBED_CHUNK = 256
 
@@ -53,10 +55,30 @@ def fetch_live_rows(
         return list(cur.fetchall())
 
 
+def code_vectors(
+    code_embedder: Embedder | None, rows: Sequence[dict[str, Any]]
+) -> list[list[float] | None]:
+    """The code vector of each row of ``modality=code`` (None for the others, and for every
+    row when code vectors are off), in one embedder call."""
+    if code_embedder is None:
+        return [None] * len(rows)
+    code = [i for i, row in enumerate(rows) if row.get("modality") == CODE_MODALITY]
+    vectors: list[list[float] | None] = [None] * len(rows)
+    if code:
+        embedded = code_embedder.embed([rows[i]["content"] for i in code])
+        for i, vector in zip(code, embedded, strict=True):
+            vectors[i] = vector
+    return vectors
+
+
 def build_points(
-    embedder: Embedder, spec: IndexSpec, rows: Sequence[dict[str, Any]]
+    embedder: Embedder,
+    spec: IndexSpec,
+    rows: Sequence[dict[str, Any]],
+    code_embedder: Embedder | None = None,
 ) -> list[VectorPoint]:
-    """Content and context vectors of ``rows``, embedded in chunks, with their payloads."""
+    """Content and context vectors of ``rows`` (and the code vector of code memories, with
+    ``code_embedder``), embedded in chunks, with their payloads."""
     points: list[VectorPoint] = []
     for start in range(0, len(rows), EMBED_CHUNK):
         chunk = rows[start : start + EMBED_CHUNK]
@@ -70,6 +92,7 @@ def build_points(
                 for row in chunk
             ]
         vectors = embedder.embed([row["content"] for row in chunk] + contexts)
+        codes = code_vectors(code_embedder if spec.kind == EPISODIC else None, chunk)
         payload_of = episodic_payload if spec.kind == EPISODIC else semantic_payload
         for i, row in enumerate(chunk):
             points.append(
@@ -77,6 +100,7 @@ def build_points(
                     id=row["id"],
                     vector=vectors[i],
                     context=vectors[len(chunk) + i],
+                    code=codes[i],
                     payload=payload_of(row, embedder.version),
                 )
             )
@@ -122,7 +146,7 @@ def set_versions(
 def upsert_rows(
     ctx: Clients, spec: IndexSpec, collection: str, rows: Sequence[dict[str, Any]]
 ) -> None:
-    ctx.vectors.upsert(collection, build_points(ctx.embedder, spec, rows))
+    ctx.vectors.upsert(collection, build_points(ctx.embedder, spec, rows, ctx.code_embedder))
     with ctx.pool.connection() as conn:
         set_versions(conn, spec, [row["id"] for row in rows], ctx.embedder.version)
 

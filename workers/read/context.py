@@ -87,6 +87,7 @@ def assemble_for(
             query_context_text(request.phase, [item.kind.value for item in focus.kinds]),
             fusion_weights(request.phase),
         ),
+        code_embedder=clients.code_embedder,
     )
     recallers = Recallers(dense=dense, sparse=store, temporal=store, store=store, knowledge=store)
     with store:

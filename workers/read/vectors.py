@@ -1,5 +1,5 @@
 """The read path's vector side: dense recall through the index port, with the step's context
-fused in.
+fused in, and the code vectors of code memories for a question in code's terms.
 """
 
 from __future__ import annotations
@@ -11,7 +11,13 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from pipelines.index.vectors import ContextFusion, Embedder, VectorIndex
+from pipelines.index.vectors import (
+    CODE_VECTOR,
+    ContextFusion,
+    Embedder,
+    VectorIndex,
+    embed_queries,
+)
 from pipelines.read.recall import RecallHit, RecallScope
 from workers.metrics import observe_vector_search
 from workers.read.sql import Memo
@@ -32,33 +38,49 @@ class VectorRecall:
         collection: str | None,
         vector_lock: threading.Lock,
         fusion: tuple[str, tuple[float, float]] | None = None,
+        code_embedder: Embedder | None = None,
     ) -> None:
         self._vectors = vectors
         self._embedder = embedder
+        self._code_embedder = code_embedder
         self._collection = collection
         self._vector_lock = vector_lock
         self._fusion = fusion
         self._memo: Memo[tuple[Any, ...], list[RecallHit]] = Memo()
-        self._cache: dict[str, list[float]] = {}
+        # (is a query, text) -> vector: a text asked and the same text stored embed apart.
+        self._cache: dict[tuple[bool, str], list[float]] = {}
         self._cache_lock = threading.Lock()
 
-    def _embed(self, texts: Sequence[str]) -> list[list[float]]:
-        """The vectors of ``texts``, the ones not seen yet embedded in one call."""
+    def _embed(self, texts: Sequence[str], context: str | None = None) -> list[list[float]]:
+        """The query vectors of ``texts`` (then that of ``context``, a context string, when
+        given), the ones not seen yet embedded in one call per kind: a query as a question
+        (``embed_queries``), a context string as the context strings it is compared with
+        were written (``embed``). A symmetric embedder gets one call for both."""
+        keys = [(True, text) for text in texts]
+        if context is not None:
+            keys.append((False, context))
         with self._cache_lock:
-            missing = [t for t in dict.fromkeys(texts) if t not in self._cache]
+            missing = [key for key in dict.fromkeys(keys) if key not in self._cache]
         if missing:
-            vectors = self._embedder.embed(missing)
+            if getattr(self._embedder, "embed_query", None) is None:
+                vectors = self._embedder.embed([text for _, text in missing])
+            else:
+                queries = [text for is_query, text in missing if is_query]
+                passages = [text for is_query, text in missing if not is_query]
+                asked = iter(embed_queries(self._embedder, queries) if queries else [])
+                stored = iter(self._embedder.embed(passages) if passages else [])
+                vectors = [next(asked) if is_query else next(stored) for is_query, _ in missing]
             with self._cache_lock:
                 self._cache.update(zip(missing, vectors, strict=True))
         with self._cache_lock:
-            return [self._cache[text] for text in texts]
+            return [self._cache[key] for key in keys]
 
     def _context_fusion(self) -> ContextFusion | None:
         if self._fusion is None:
             return None
         context, (content_weight, context_weight) = self._fusion
         return ContextFusion(
-            context=self._embed([context])[0],
+            context=self._embed([], context)[0],
             content_weight=content_weight,
             context_weight=context_weight,
         )
@@ -81,8 +103,8 @@ class VectorRecall:
         owned = [text for text, (_, owner) in zip(unique, futures, strict=True) if owner]
         if owned:
             try:
-                prefix = [self._fusion[0]] if self._fusion is not None else []
-                vectors = self._embed(prefix + owned)[len(prefix) :]
+                context = self._fusion[0] if self._fusion is not None else None
+                vectors = self._embed(owned, context)[: len(owned)]
                 fusion = self._context_fusion()
                 # The embedded engine is one shard per collection: searches take turns on
                 # it while the PostgreSQL recallers run in parallel.
@@ -110,6 +132,27 @@ class VectorRecall:
                     future.set_result([RecallHit(id=str(h.id), score=h.score) for h in hits])
         by_text = {text: future.result() for text, (future, _) in zip(unique, futures, strict=True)}
         return [list(by_text[text]) for text in texts]
+
+    def search_code(self, text: str, scope: RecallScope, limit: int) -> list[RecallHit]:
+        """Code memories by their code vectors: ``text`` read as code, embedded as a
+        question by the code embedder. Nothing when code vectors are off."""
+        collection = self._collection
+        if collection is None or self._code_embedder is None:
+            return []
+        vector = embed_queries(self._code_embedder, [text])[0]
+        with self._vector_lock:
+            searched = time.perf_counter()
+            hits = self._vectors.search(
+                collection,
+                vector,
+                tenant_id=scope.tenant_id,
+                task_id=scope.task_id,
+                limit=limit,
+                using=CODE_VECTOR,
+                with_payload=False,
+            )
+            observe_vector_search(time.perf_counter() - searched)
+        return [RecallHit(id=str(h.id), score=h.score) for h in hits]
 
     def similarity(self, text: str, ids: Sequence[str], scope: RecallScope) -> dict[str, float]:
         """The cosine of ``text`` with the stored content vectors of ``ids``: one search

@@ -27,6 +27,7 @@ from workers.activity import mark_activity
 from workers.adapters.llm_offline import OfflineLLM
 from workers.clients import Clients
 from workers.db.jobs import WRITE_JOB, ClaimedJob, claim_jobs
+from workers.index.points import code_vectors
 from workers.index.reembed import write_target
 from workers.index.targets import EPISODIC, IndexNotReady, episodic_payload
 from workers.metrics import count_decision, count_drain, observe_embedding
@@ -226,6 +227,8 @@ def process_batch(ctx: Clients, jobs: list[ClaimedJob], report: DrainReport) -> 
             ]
             embed_started = time.perf_counter()
             vectors = ctx.embedder.embed(texts)
+            # A code memory's own vector: its code read as words (README "Code memories").
+            codes = code_vectors(ctx.code_embedder, [row for _, row, _, _ in kept])
             observe_embedding(time.perf_counter() - embed_started)
         except TransientLLMError as exc:
             for job, *_ in kept:
@@ -233,6 +236,7 @@ def process_batch(ctx: Clients, jobs: list[ClaimedJob], report: DrainReport) -> 
                 retries.append(RetryResult(job.job_id, f"embedding: {exc}", wait))
             kept = []
             vectors = []
+            codes = []
         except (LLMError, ValueError) as exc:
             # Permanent: a refused key or model, or vectors of the wrong size. Retrying
             # cannot help; say so instead of leaving the jobs to expire their leases.
@@ -241,6 +245,7 @@ def process_batch(ctx: Clients, jobs: list[ClaimedJob], report: DrainReport) -> 
                 dead.append(DeadResult(job.job_id, job.memory_id, row["tenant_id"], reason))
             kept = []
             vectors = []
+            codes = []
         if kept:
             try:
                 # The generation of this embedder's version: during a re-embed run, the one
@@ -261,6 +266,7 @@ def process_batch(ctx: Clients, jobs: list[ClaimedJob], report: DrainReport) -> 
                         id=job.memory_id,
                         vector=vector,
                         context=context,
+                        code=code,
                         # The payload rebuilds and reconciliation write too; every point says
                         # which embedder made it (README "Re-embedding").
                         payload=episodic_payload(
@@ -268,8 +274,8 @@ def process_batch(ctx: Clients, jobs: list[ClaimedJob], report: DrainReport) -> 
                             ctx.embedder.version,
                         ),
                     )
-                    for (job, row, outcome, _), vector, context in zip(
-                        kept, vectors[: len(kept)], contexts, strict=True
+                    for (job, row, outcome, _), vector, context, code in zip(
+                        kept, vectors[: len(kept)], contexts, codes, strict=True
                     )
                 ],
             )

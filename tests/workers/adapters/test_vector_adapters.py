@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from pipelines.index.vectors import (
+    CODE_VECTOR,
     CONTEXT_VECTOR,
     CollectionParams,
     ContextFusion,
@@ -315,7 +316,7 @@ def test_edge_collections_carry_their_hnsw_and_quantization_params(tmp_path: Pat
     assert config["hnsw_config"]["m"] == 32
     assert config["hnsw_config"]["ef_construct"] == 400
     assert config["quantization_config"] == {"product": {"compression": "x16"}}
-    assert set(config["vectors"]) == {"content", "context"}
+    assert set(config["vectors"]) == {"content", "context", "code"}
     state = json.loads((tmp_path / ALIAS_FILE).read_text())
     assert state["aliases"] == {"mh_semantic": "mh_semantic__g1"}
     assert state["search_ef"] == {"mh_semantic__g1": 64}
@@ -353,6 +354,7 @@ def test_edge_search_threads_apply_on_create_and_on_every_load(tmp_path: Path) -
     assert {name: spec["size"] for name, spec in config["vectors"].items()} == {
         "content": DIM,
         "context": DIM,
+        "code": DIM,
     }
     with pytest.raises(ValueError, match="search_threads"):
         EdgeIndex(tmp_path, search_threads=0)
@@ -432,3 +434,134 @@ def test_an_edge_collection_from_before_the_scope_field_still_searches_by_task(
         assert len(hits) == 10 and hits[0].id == points[0].id
     finally:
         reopened.close()
+
+
+# -- code vectors -------------------------------------------------------------------------------
+
+
+def _code_points(n: int, seed: int) -> list[VectorPoint]:
+    """Points with content, context and (for the even ones) code vectors."""
+    rng = np.random.default_rng(seed)
+    return [
+        VectorPoint(
+            id=uuid.uuid5(uuid.NAMESPACE_URL, f"code/{seed}/{i}"),
+            vector=_unit(rng),
+            context=_unit(rng),
+            code=_unit(rng) if i % 2 == 0 else None,
+            payload={
+                "tenant_id": "a",
+                "task_id": "t",
+                "modality": "code" if i % 2 == 0 else "text",
+            },
+        )
+        for i in range(n)
+    ]
+
+
+def test_the_code_vector_is_searched_alone_and_comes_back_whole(index: VectorIndex) -> None:
+    # given code memories (with a code vector) among text memories (without one)
+    index.ensure_collection(ALIAS, DIM)
+    points = _code_points(10, 11)
+    index.upsert(ALIAS, points)
+    target = points[4]
+    assert target.code is not None
+
+    # when the code vector is searched with a code memory's code vector
+    hits = index.search(ALIAS, target.code, tenant_id="a", limit=10, using=CODE_VECTOR)
+
+    # then only code memories answer, that one first with cosine 1
+    assert hits[0].id == target.id
+    assert hits[0].score == pytest.approx(1.0, abs=1e-4)
+    assert {h.id for h in hits} == {p.id for p in points if p.code is not None}
+    # and the content search is unchanged by it
+    assert index.search(ALIAS, target.vector, tenant_id="a", limit=1)[0].id == target.id
+    # and a point comes back with all three vectors, a text memory without a code vector
+    back = {p.id: p for p in index.retrieve(ALIAS, [target.id, points[1].id])}
+    assert back[target.id].code == pytest.approx(target.code, abs=1e-6)
+    assert back[target.id].context == pytest.approx(target.context, abs=1e-6)
+    assert back[points[1].id].code is None
+
+
+def test_deleting_a_point_deletes_every_vector_of_it(index: VectorIndex) -> None:
+    # given a code memory with content, context and code vectors
+    index.ensure_collection(ALIAS, DIM)
+    points = _code_points(6, 12)
+    index.upsert(ALIAS, points)
+    gone = points[2]
+    assert gone.code is not None and gone.context is not None
+
+    # when it is deleted (what forgetting it does in every generation)
+    index.delete(ALIAS, [gone.id])
+
+    # then no vector of it answers any search, and nothing of it can be retrieved
+    for using, vector in (
+        ("content", gone.vector),
+        (CONTEXT_VECTOR, gone.context),
+        (CODE_VECTOR, gone.code),
+    ):
+        hits = index.search(ALIAS, vector, tenant_id="a", limit=10, using=using)
+        assert gone.id not in {h.id for h in hits}
+        assert hits  # the other points still answer
+    assert index.retrieve(ALIAS, [gone.id]) == []
+
+
+def test_an_edge_store_from_before_code_vectors_gains_one(tmp_path: Path) -> None:
+    # given a shard built with content and context vectors only, behind the alias
+    import qdrant_edge as qe
+
+    root = tmp_path / "store"
+    root.mkdir()
+    vector = qe.EdgeVectorParams(size=DIM, distance=qe.Distance.Cosine)
+    old = qe.EdgeShard.create(
+        str(root / f"{ALIAS}__g1"),
+        qe.EdgeConfig(vectors={"content": vector, CONTEXT_VECTOR: vector}),
+    )
+    old.close()
+    (root / ALIAS_FILE).write_text(json.dumps({"aliases": {ALIAS: f"{ALIAS}__g1"}}))
+
+    # when the owner opens it and a code memory is written
+    store = EdgeIndex(root)
+    try:
+        store.ensure_collection(ALIAS, DIM)
+        points = _code_points(4, 13)
+        store.upsert(ALIAS, points)
+
+        # then the code vector exists and answers
+        code = points[0].code
+        assert code is not None
+        hits = store.search(ALIAS, code, tenant_id="a", limit=4, using=CODE_VECTOR)
+        assert hits[0].id == points[0].id
+    finally:
+        store.close()
+    config = json.loads((root / f"{ALIAS}__g1" / "edge_config.json").read_text())
+    assert set(config["vectors"]) == {"content", CONTEXT_VECTOR, CODE_VECTOR}
+
+
+def test_a_qdrant_collection_without_a_code_vector_takes_code_points_without_it(
+    tmp_path: Path,
+) -> None:
+    # given a collection built before code vectors (Qdrant cannot add a named vector later)
+    from qdrant_client import models
+
+    store = QdrantIndex(path=tmp_path / "store")
+    try:
+        vector = models.VectorParams(size=DIM, distance=models.Distance.COSINE)
+        store._client.create_collection(
+            f"{ALIAS}__g1", vectors_config={"content": vector, CONTEXT_VECTOR: vector}
+        )
+        store.switch_alias(ALIAS, f"{ALIAS}__g1")
+        store.ensure_collection(ALIAS, DIM)
+
+        # when code memories are written and the code vector searched
+        points = _code_points(4, 14)
+        store.upsert(ALIAS, points)
+        code = points[0].code
+        assert code is not None
+
+        # then they are stored with their content and context, and the code search is empty
+        assert store.count(ALIAS) == 4
+        assert store.search(ALIAS, code, tenant_id="a", using=CODE_VECTOR) == []
+        assert store.search(ALIAS, points[0].vector, tenant_id="a", limit=1)[0].id == points[0].id
+        assert store.retrieve(ALIAS, [points[0].id])[0].code is None
+    finally:
+        store.close()
