@@ -253,6 +253,17 @@ def test_a_worker_killed_mid_forget_finishes_after_a_restart(client, workers, db
     env = {"MEMHARNESS_JOB_LEASE_S": "3"}
     owner = workers("owner", env=env)
     ids = record_all(client, bulk("crash", 2000))
+    # the owner's link pass over the 2,000 runs on the same single slot as the erasure: let
+    # it finish, so that the wait below times the erasure, not the backlog before it
+    wait_for(
+        lambda: one(
+            db,
+            "SELECT count(*) = 0 FROM memories WHERE status = 'stored' AND level = 0 "
+            "AND linked_at IS NULL",
+        ),
+        "the link pass",
+        timeout_s=120,
+    )
     workers("maintenance", ("maintenance",), env=env)
     beat = start_beat(env=env, log_dir=log_dir)
     try:
@@ -266,7 +277,7 @@ def test_a_worker_killed_mid_forget_finishes_after_a_restart(client, workers, db
                 receipt.request_id,
             ),
             "the erasure started",
-            timeout_s=30,
+            timeout_s=60,
         )
         owner.kill()
         owner.proc.wait(timeout=10)
