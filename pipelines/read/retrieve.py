@@ -5,8 +5,10 @@
    7 days top-20; every recaller is scoped by tenant and task (``RecallScope``).
 3. Weighted reciprocal-rank fusion (weights from the focus and the variant), dedupe by id and
    by normalised content.
-4. Rerank cascade: a cheap local reranker over the top 50 (fused rank, dense similarity,
-   idf-weighted keyword coverage, entity match), then the task-aware LLM reranker (phase and
+4. Rerank cascade: a cheap local reranker over the top 50 (dense similarity and keyword
+   score combined convexly, fused rank, idf-weighted keyword coverage, entity match, a date
+   the question names; then the support of each candidate's session), then the task-aware
+   LLM reranker (phase and
    focus in its prompt; offline: rules) over an adaptive depth: 10 when the local scores are
    concentrated at the head, 30 when they are dispersed, 20 otherwise.
 5. Priority = α·relevance + β·recency + γ·importance + δ·retention, α from the focus, β from
@@ -38,6 +40,7 @@ from pipelines.read.recall import (
     KnowledgeView,
     Recallers,
     RecallScope,
+    best_sparse_scores,
     fetch_candidates,
     fuse,
     knowledge_terms,
@@ -51,6 +54,7 @@ from pipelines.read.rerank import (
     llm_rerank,
     local_rerank,
     prioritize,
+    query_dates,
     term_set,
 )
 from pipelines.read.rewrite import VARIANT_WEIGHTS, QueryVariants, rewrite_query
@@ -191,8 +195,10 @@ def retrieve(
             else c.model_copy(update={"dense": similarity.get(c.memory.id)})
             for c in candidates
         ]
+    sparse = best_sparse_scores(lists)
+    candidates = [c.model_copy(update={"sparse": sparse.get(c.memory.id)}) for c in candidates]
     reranked = perf_counter()
-    local = local_rerank(candidates, variants)
+    local = local_rerank(candidates, variants, query_dates(query, scope.now), config)
     depth = adaptive_depth([c.local for c in local], config)
     head, source = llm_rerank(
         local[:depth],

@@ -20,6 +20,7 @@ from pipelines.read.recall import (
     RecallHit,
     RecallList,
     RecallScope,
+    best_sparse_scores,
     dedupe,
     fetch_candidates,
     fetch_chunk,
@@ -33,6 +34,8 @@ from pipelines.read.rerank import (
     local_rerank,
     offline_rerank,
     prioritize,
+    query_dates,
+    session_support,
 )
 from pipelines.read.retrieve import retrieve
 from pipelines.read.rewrite import offline_rewrite
@@ -242,6 +245,87 @@ def test_local_rerank_prefers_the_memory_about_the_named_entity() -> None:
     ranked = local_rerank(tied, variants)
     assert [c.memory.id for c in ranked] == ["y", "x"]
     assert all(0.0 <= c.local <= 1.0 for c in ranked)
+
+
+def test_local_rerank_weighs_the_keyword_score_that_fusion_drops() -> None:
+    # given two candidates tied on every feature but the keyword score's magnitude
+    variants = offline_rewrite("adoption agencies")
+    tied = [
+        Candidate(
+            memory=view("a", "Caroline: adoption agencies"), fused=0.02, dense=0.5, sparse=1.0
+        ),
+        Candidate(
+            memory=view("b", "Caroline: adoption agencies"), fused=0.02, dense=0.5, sparse=9.0
+        ),
+    ]
+    # then the one the keyword search scored higher comes first
+    assert [c.memory.id for c in local_rerank(tied, variants)] == ["b", "a"]
+
+
+def test_best_sparse_scores_compare_the_literal_and_intent_lists_only() -> None:
+    lists = [
+        RecallList("sparse", "literal", (RecallHit("a", 2.0), RecallHit("b", 1.0))),
+        RecallList("sparse", "intent", (RecallHit("b", 3.0),)),
+        RecallList("sparse", "associative", (RecallHit("a", 50.0), RecallHit("c", 40.0))),
+        RecallList("dense", "literal", (RecallHit("c", 0.9),)),
+    ]
+    assert best_sparse_scores(lists) == {"a": 2.0, "b": 3.0}
+
+
+def test_session_support_lifts_a_memory_its_session_backs_up() -> None:
+    # given a lone strong candidate, and a slightly weaker one whose session recalled more
+    lone = Candidate(memory=view("lone", "x", session_id="s1"), local=0.80)
+    backed = Candidate(memory=view("backed", "y", session_id="s2"), local=0.78)
+    others = [
+        Candidate(memory=view(f"s2-{i}", f"z{i}", session_id="s2"), local=0.7) for i in range(2)
+    ]
+    supported = {c.memory.id: c.local for c in session_support([lone, backed, *others], 1 / 3, 3)}
+    # then the backed-up one passes the lone one: (2/3)·0.78 + (1/3)·mean(0.78, 0.7, 0.7)
+    assert supported["backed"] == pytest.approx(2 / 3 * 0.78 + (0.78 + 1.4) / 9)
+    assert supported["lone"] == pytest.approx(2 / 3 * 0.80 + 0.80 / 9)
+    assert supported["backed"] > supported["lone"]
+
+
+def test_session_support_keeps_the_order_inside_one_session_and_without_sessions() -> None:
+    one = [
+        Candidate(memory=view(k, k, session_id="s"), local=score)
+        for k, score in (("a", 0.9), ("b", 0.5), ("c", 0.2))
+    ]
+    loose = [Candidate(memory=view(k, k), local=score) for k, score in (("a", 0.9), ("b", 0.5))]
+    for pool in (one, loose):
+        ranked = sorted(session_support(pool, 1 / 3, 3), key=lambda c: -c.local)
+        assert [c.memory.id for c in ranked] == [c.memory.id for c in pool]
+    assert session_support(one, 0.0, 3) == one
+
+
+def test_a_date_in_the_question_lifts_what_was_stored_then() -> None:
+    # given the same text stored on two days, and questions naming the first day
+    first = datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
+    tied = [
+        Candidate(
+            memory=view(
+                "later", "Caroline: went to the support group", timestamp=first + timedelta(days=30)
+            ),
+            fused=0.02,
+            dense=0.5,
+        ),
+        Candidate(
+            memory=view("then", "Caroline: went to the support group", timestamp=first),
+            fused=0.02,
+            dense=0.5,
+        ),
+    ]
+    for question in ("What did Caroline do on 8 May 2023?", "Caroline 2023年5月8日做了什么？"):
+        dates = query_dates(question, NOW)
+        assert dates is not None and dates.start == first.date()
+        ranked = local_rerank(tied, offline_rewrite(question), dates)
+        assert [c.memory.id for c in ranked] == ["then", "later"], question
+    # and a question without a date leaves the tie to the ids
+    assert query_dates("What did Caroline do?", NOW) is None
+    assert [c.memory.id for c in local_rerank(tied, offline_rewrite("What did Caroline do?"))] == [
+        "later",
+        "then",
+    ]
 
 
 # -- adaptive depth -----------------------------------------------------------------------
