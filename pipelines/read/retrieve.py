@@ -195,10 +195,10 @@ def retrieve(
             else c.model_copy(update={"dense": similarity.get(c.memory.id)})
             for c in candidates
         ]
-    sparse = best_sparse_scores(lists)
-    candidates = [c.model_copy(update={"sparse": sparse.get(c.memory.id)}) for c in candidates]
     reranked = perf_counter()
-    local = local_rerank(candidates, variants, query_dates(query, scope.now), config)
+    local = local_rerank(
+        candidates, variants, query_dates(query, scope.now), config, best_sparse_scores(lists)
+    )
     depth = adaptive_depth([c.local for c in local], config)
     head, source = llm_rerank(
         local[:depth],

@@ -258,8 +258,11 @@ def test_local_rerank_weighs_the_keyword_score_that_fusion_drops() -> None:
             memory=view("b", "Caroline: adoption agencies"), fused=0.02, dense=0.5, sparse=9.0
         ),
     ]
-    # then the one the keyword search scored higher comes first
+    # then the one the keyword search scored higher comes first, from its own score or
+    # from the scores by id that retrieve passes
     assert [c.memory.id for c in local_rerank(tied, variants)] == ["b", "a"]
+    by_id = local_rerank(tied, variants, sparse_scores={"a": 5.0})
+    assert [(c.memory.id, c.sparse) for c in by_id] == [("a", 5.0), ("b", None)]
 
 
 def test_best_sparse_scores_compare_the_literal_and_intent_lists_only() -> None:
@@ -274,28 +277,39 @@ def test_best_sparse_scores_compare_the_literal_and_intent_lists_only() -> None:
 
 def test_session_support_lifts_a_memory_its_session_backs_up() -> None:
     # given a lone strong candidate, and a slightly weaker one whose session recalled more
-    lone = Candidate(memory=view("lone", "x", session_id="s1"), local=0.80)
-    backed = Candidate(memory=view("backed", "y", session_id="s2"), local=0.78)
-    others = [
-        Candidate(memory=view(f"s2-{i}", f"z{i}", session_id="s2"), local=0.7) for i in range(2)
-    ]
-    supported = {c.memory.id: c.local for c in session_support([lone, backed, *others], 1 / 3, 3)}
+    scores = [0.80, 0.78, 0.7, 0.7]
+    sessions = ["s1", "s2", "s2", "s2"]
+    lone, backed, *_ = session_support(scores, sessions, 1 / 3, 3)
     # then the backed-up one passes the lone one: (2/3)·0.78 + (1/3)·mean(0.78, 0.7, 0.7)
-    assert supported["backed"] == pytest.approx(2 / 3 * 0.78 + (0.78 + 1.4) / 9)
-    assert supported["lone"] == pytest.approx(2 / 3 * 0.80 + 0.80 / 9)
-    assert supported["backed"] > supported["lone"]
+    assert backed == pytest.approx(2 / 3 * 0.78 + (0.78 + 1.4) / 9)
+    assert lone == pytest.approx(2 / 3 * 0.80 + 0.80 / 9)
+    assert backed > lone
 
 
 def test_session_support_keeps_the_order_inside_one_session_and_without_sessions() -> None:
-    one = [
-        Candidate(memory=view(k, k, session_id="s"), local=score)
-        for k, score in (("a", 0.9), ("b", 0.5), ("c", 0.2))
+    scores = [0.9, 0.5, 0.2]
+    for sessions in (["s", "s", "s"], [None, None, None]):
+        supported = session_support(scores, sessions, 1 / 3, 3)
+        assert sorted(supported, reverse=True) == supported and len(set(supported)) == 3
+    assert session_support(scores, ["a", "b", "c"], 0.0, 3) == scores
+
+
+def test_local_rerank_applies_session_support() -> None:
+    # given two candidates tied on every feature; one's session recalled a third candidate
+    variants = offline_rewrite("adoption agencies")
+    pool = [
+        Candidate(
+            memory=view("a", "Caroline: adoption agencies", session_id="s1"), fused=0.02, dense=0.5
+        ),
+        Candidate(
+            memory=view("b", "Caroline: adoption agencies", session_id="s2"), fused=0.02, dense=0.5
+        ),
+        Candidate(memory=view("c", "Melanie: pottery", session_id="s2"), fused=0.01, dense=0.4),
     ]
-    loose = [Candidate(memory=view(k, k), local=score) for k, score in (("a", 0.9), ("b", 0.5))]
-    for pool in (one, loose):
-        ranked = sorted(session_support(pool, 1 / 3, 3), key=lambda c: -c.local)
-        assert [c.memory.id for c in ranked] == [c.memory.id for c in pool]
-    assert session_support(one, 0.0, 3) == one
+    # then its session's backing breaks the tie
+    assert [c.memory.id for c in local_rerank(pool, variants)][:2] == ["b", "a"]
+    off = local_rerank(pool, variants, config=RetrievalConfig(session_support=0.0))
+    assert [c.memory.id for c in off][:2] == ["a", "b"]
 
 
 def test_a_date_in_the_question_lifts_what_was_stored_then() -> None:
