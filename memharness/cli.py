@@ -11,6 +11,7 @@ from pathlib import Path
 
 from config import get_settings
 from memharness.bench.api import register_bench as register_api_bench
+from memharness.bench.embedders import EMBEDDERS
 from memharness.bench.forget import register_bench as register_forget_bench
 from memharness.bench.retrieval_latency import register_bench as register_latency
 from memharness.checkpoint_cli import register as register_checkpoints
@@ -146,9 +147,9 @@ def _cmd_bench(args: argparse.Namespace) -> int:
             args.data, memories=args.memories, batch=args.batch, lang=args.lang
         )
     if args.which == "dataset":
-        from memharness.bench.zh_project import write
+        from memharness.bench.zh_project import SEED, write
 
-        questions = write(Path(args.out), seed=args.seed)
+        questions = write(Path(args.out), seed=SEED if args.seed is None else args.seed)
         print(json.dumps({"dataset": args.name, "out": args.out, "questions": questions}))
         return 0
     raise AssertionError(args.which)
@@ -208,12 +209,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="LoCoMo evidence recall: dense vs dense+sparse vs the full read pipeline",
     )
     b.add_argument("--data", required=True, help="LoCoMo-format JSON, read at run time")
-    b.add_argument("--embedder", choices=["hashing", "minilm", "e5"], default="hashing")
+    b.add_argument("--embedder", choices=sorted(EMBEDDERS), default="hashing")
     b = bench.add_parser(
         "code-retrieval",
         help="code memories: recall of the text path vs the text path + code vectors",
     )
-    b.add_argument("--embedder", choices=["hashing", "minilm", "e5"], default="hashing")
+    b.add_argument("--embedder", choices=sorted(EMBEDDERS), default="hashing")
     b = bench.add_parser("compression", help="fact recall and ratio of L1/L2 compression")
     b.add_argument("--data", required=True, help="LoCoMo-format JSON, read at run time")
     b.add_argument("--l1-ratio", type=float, default=None, help="L1 target ratio (policy: 10)")
@@ -233,7 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     b.add_argument("name", choices=["zh-project"], help="zh-project: Chinese project tracking")
     b.add_argument("--out", required=True, help="where to write the JSON")
-    b.add_argument("--seed", type=int, default=20261203)
+    b.add_argument("--seed", type=int, default=None, help="default: the set's own seed")
     register_bench(bench)
     register_latency(bench)
     register_api_bench(bench)

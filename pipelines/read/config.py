@@ -32,6 +32,18 @@ class RetrievalConfig(BaseModel):
     dispersed_share: float = Field(0.3, gt=0.0, lt=1.0)
     # Local scores live in [0, 1]; a top-50 spanning less than this is flat whatever its shape.
     flat_spread: float = Field(0.05, ge=0.0)
+    # Session support: the share of a candidate's local score taken from the best
+    # ``session_support_top`` local scores of its session among the candidates (a memory
+    # whose neighbours in its session also answer is more likely to answer; Callan 1994's
+    # passage score mixed with its document's). One in a session with nothing else recalled
+    # keeps its own score at that share, so only the order between sessions moves.
+    session_support: float = Field(1 / 3, ge=0.0, lt=1.0)
+    session_support_top: int = Field(3, ge=1)
+    # A question that names a date ("on 8 May 2023", "3月5日"): a memory stored in that span
+    # (a day before it to ``date_slack_days`` after it: people tell of a day afterwards, "last
+    # Friday") gains this much local score. Without a date in the question nothing moves.
+    date_match_weight: float = Field(0.15, ge=0.0)
+    date_slack_days: int = Field(7, ge=0)
     recency_scale_hours: float = Field(48.0, gt=0)
     # The decay model's weight of retention in the priority.
     retention_weight: float = Field(0.05, ge=0.0, le=1.0)

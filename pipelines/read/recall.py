@@ -90,6 +90,7 @@ class Candidate(BaseModel):
     memory: MemoryView
     fused: float = 0.0
     dense: float | None = None
+    sparse: float | None = None
     sources: tuple[str, ...] = ()
     local: float = 0.0
     rerank: float = 0.0
@@ -460,6 +461,24 @@ def fuse(
                 dense[hit.id] = max(dense.get(hit.id, -math.inf), hit.score)
     ranked = sorted(scores.items(), key=lambda item: (-item[1], item[0]))
     return [(key, score, dense.get(key), tuple(sources[key])) for key, score in ranked]
+
+
+# The keyword lists whose scores the local reranker compares: the associative variant's
+# query is longer (feedback terms added), so its scores run higher and are not comparable.
+SPARSE_SCORE_VARIANTS = frozenset({"literal", "intent"})
+
+
+def best_sparse_scores(lists: Sequence[RecallList]) -> dict[str, float]:
+    """Each id's best keyword score (BM25, ts_rank) over the literal and intent lists: the
+    magnitude that reciprocal-rank fusion throws away."""
+    best: dict[str, float] = {}
+    for recall in lists:
+        if recall.source != "sparse" or recall.variant not in SPARSE_SCORE_VARIANTS:
+            continue
+        for hit in recall.hits:
+            if hit.score > best.get(hit.id, -math.inf):
+                best[hit.id] = hit.score
+    return best
 
 
 @memo_texts(maxsize=16_384)

@@ -1,7 +1,8 @@
 """The rerank cascade and the priority of each candidate.
 
-A cheap local reranker over the top 50 (fused rank, dense similarity, idf-weighted keyword
-coverage, entity match), then the task-aware LLM reranker (phase and focus in its prompt;
+A cheap local reranker over the top 50 (fused rank, dense similarity, keyword score,
+idf-weighted keyword coverage, entity match, a date the question names; then support from
+the candidate's session), then the task-aware LLM reranker (phase and focus in its prompt;
 offline: rules) over an adaptive depth: 10 when the local scores are concentrated at the
 head, 30 when they are dispersed, 20 otherwise. Priority = α·relevance + β·recency +
 γ·importance + δ·retention, α from the focus, β from the task phase, γ from the memory type,
@@ -12,9 +13,9 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from datetime import datetime
+from datetime import date, datetime, timedelta
 from functools import lru_cache
 from typing import Protocol, runtime_checkable
 
@@ -29,6 +30,7 @@ from pipelines.read.rewrite import QueryVariants
 from pipelines.records import MemoryType, TaskPhase
 from pipelines.text.analyzer import analyze
 from pipelines.text.cues import guess_type
+from pipelines.text.dates import DateSpan, find_dates
 from pipelines.text.identifiers import holds_identifiers
 from pipelines.text.memo import memo_texts
 from pipelines.text.words import HAN
@@ -55,9 +57,20 @@ TYPE_IMPORTANCE_WEIGHT: dict[MemoryType | None, float] = {
     None: 0.04,
 }
 
-# Local reranker weights: fusion carries most of the evidence; the similarity and the two
-# lexical features break its rank ties with what RRF throws away (magnitudes, coverage).
-LOCAL_WEIGHTS: dict[str, float] = {"fused": 0.35, "dense": 0.30, "coverage": 0.20, "entity": 0.15}
+# Local reranker weights: a convex combination of the dense and keyword scores, each scaled
+# to [0, 1] over the candidates, carries most of the evidence (it beats reciprocal-rank
+# fusion, which throws the magnitudes away: Bruch, Gai and Ingber, "An Analysis of Fusion
+# Functions for Hybrid Retrieval", 2023); the fused rank, coverage and entities break ties.
+# Chosen on half of the LoCoMo dev conversations (conv-26, -30, -41) among a few rounded
+# settings and checked on the other half (docs/decisions.md, "Rerank, second round"): the
+# convex pair alone, against the fused rank alone, was +0.07 recall@10 on either half.
+LOCAL_WEIGHTS: dict[str, float] = {
+    "fused": 0.10,
+    "dense": 0.40,
+    "sparse": 0.30,
+    "coverage": 0.10,
+    "entity": 0.10,
+}
 # The most the offline LLM rules may add to a local score (a real LLM's score is blended 50/50).
 OFFLINE_RERANK_BOOST = 0.2
 
@@ -137,19 +150,77 @@ def keyword_coverage(query_terms: Sequence[str], docs: Sequence[AbstractSet[str]
     return [sum(idf[t] for t in terms if t in doc) / total for doc in docs]
 
 
-def local_rerank(candidates: Sequence[Candidate], variants: QueryVariants) -> list[Candidate]:
-    """The cheap reranker: no model, a weighted sum of four features in [0, 1]."""
+@lru_cache(maxsize=1_024)
+def _query_dates(query: str, today: date) -> DateSpan | None:
+    spans = [span for _, _, span in find_dates(query, today)]
+    if not spans:
+        return None
+    return DateSpan(min(s.start for s in spans), max(s.end for s in spans))
+
+
+def query_dates(query: str, now: datetime) -> DateSpan | None:
+    """The days a question names, from the first to the last ("between August 11 and
+    August 15 2023", "3月5日", "last week" relative to ``now``), or None."""
+    return _query_dates(query, now.date())
+
+
+def date_match(memory: MemoryView, span: DateSpan, slack_days: int) -> bool:
+    """Was ``memory`` stored in ``span``: from the day before it (time zones) to
+    ``slack_days`` after it (what happened on a day is told afterwards)."""
+    day = memory.timestamp.date()
+    return span.start - timedelta(days=1) <= day <= span.end + timedelta(days=slack_days)
+
+
+def session_support(
+    scores: Sequence[float], sessions: Sequence[str | None], share: float, top: int
+) -> list[float]:
+    """Each candidate's local score mixed with its session's: ``(1 - share)·own + share·
+    mean of the best ``top`` local scores of its session among the candidates`` (itself
+    included). A memory the others of its session back up rises above an isolated one
+    with the same score; candidates without a session count as one session each."""
+    if not share:
+        return list(scores)
+    by_session: dict[str, list[float]] = {}
+    for score, key in zip(scores, sessions, strict=True):
+        if key is not None:
+            by_session.setdefault(key, []).append(score)
+    support = {
+        key: sum(sorted(values, reverse=True)[:top]) / top for key, values in by_session.items()
+    }
+    return [
+        (1.0 - share) * score + share * (support[key] if key is not None else score / top)
+        for score, key in zip(scores, sessions, strict=True)
+    ]
+
+
+def local_rerank(
+    candidates: Sequence[Candidate],
+    variants: QueryVariants,
+    dates: DateSpan | None = None,
+    config: RetrievalConfig = DEFAULT_CONFIG,
+    sparse_scores: Mapping[str, float] | None = None,
+) -> list[Candidate]:
+    """The cheap reranker: no model, a weighted sum of five features in [0, 1], the date
+    match when the question names ``dates``, then the support of each one's session.
+    ``sparse_scores`` are the keyword scores by id (``best_sparse_scores``); without them,
+    the candidates' own ``sparse``."""
     if not candidates:
         return []
     fused_max = max(c.fused for c in candidates) or 1.0
     dense_values = [c.dense for c in candidates if c.dense is not None]
     floor = min(dense_values) if dense_values else 0.0
     dense = _minmax([c.dense if c.dense is not None else floor for c in candidates])
+    keyword = [
+        sparse_scores.get(c.memory.id) if sparse_scores is not None else c.sparse
+        for c in candidates
+    ]
+    # A candidate no keyword list holds has no keyword score: the lowest there is.
+    sparse = _minmax([score if score is not None else 0.0 for score in keyword])
     query_terms = _query_terms(tuple(variants.keywords))
     doc_terms = [term_set(c.memory.content) for c in candidates]
     coverage = keyword_coverage(query_terms, doc_terms)
     entities = variants.entities
-    scored = []
+    scores = []
     for index, candidate in enumerate(candidates):
         entity = (
             sum(_mentions(e, candidate.memory.content) for e in entities) / len(entities)
@@ -159,10 +230,20 @@ def local_rerank(candidates: Sequence[Candidate], variants: QueryVariants) -> li
         score = (
             LOCAL_WEIGHTS["fused"] * candidate.fused / fused_max
             + LOCAL_WEIGHTS["dense"] * dense[index]
+            + LOCAL_WEIGHTS["sparse"] * sparse[index]
             + LOCAL_WEIGHTS["coverage"] * coverage[index]
             + LOCAL_WEIGHTS["entity"] * entity
         )
-        scored.append(candidate.model_copy(update={"local": score, "rerank": score}))
+        if dates is not None and date_match(candidate.memory, dates, config.date_slack_days):
+            score += config.date_match_weight
+        scores.append(score)
+    sessions = [c.memory.session_id for c in candidates]
+    scores = session_support(scores, sessions, config.session_support, config.session_support_top)
+    # One copy per candidate (a pydantic copy is ~10 µs; the read path makes 50 a call).
+    scored = [
+        c.model_copy(update={"local": score, "rerank": score, "sparse": kw})
+        for c, score, kw in zip(candidates, scores, keyword, strict=True)
+    ]
     scored.sort(key=lambda c: (-c.local, c.memory.id))
     return scored
 

@@ -6,8 +6,10 @@
    recaller is scoped by tenant and task (``RecallScope``).
 3. Weighted reciprocal-rank fusion (weights from the focus and the variant), dedupe by id and
    by normalised content.
-4. Rerank cascade: a cheap local reranker over the top 50 (fused rank, dense similarity,
-   idf-weighted keyword coverage, entity match), then the task-aware LLM reranker (phase and
+4. Rerank cascade: a cheap local reranker over the top 50 (dense similarity and keyword
+   score combined convexly, fused rank, idf-weighted keyword coverage, entity match, a date
+   the question names; then the support of each candidate's session), then the task-aware
+   LLM reranker (phase and
    focus in its prompt; offline: rules) over an adaptive depth: 10 when the local scores are
    concentrated at the head, 30 when they are dispersed, 20 otherwise.
 5. Priority = α·relevance + β·recency + γ·importance + δ·retention, α from the focus, β from
@@ -39,6 +41,7 @@ from pipelines.read.recall import (
     KnowledgeView,
     Recallers,
     RecallScope,
+    best_sparse_scores,
     fetch_candidates,
     fuse,
     knowledge_terms,
@@ -52,6 +55,7 @@ from pipelines.read.rerank import (
     llm_rerank,
     local_rerank,
     prioritize,
+    query_dates,
     term_set,
 )
 from pipelines.read.rewrite import VARIANT_WEIGHTS, QueryVariants, rewrite_query
@@ -198,7 +202,9 @@ def retrieve(
             for c in candidates
         ]
     reranked = perf_counter()
-    local = local_rerank(candidates, variants)
+    local = local_rerank(
+        candidates, variants, query_dates(query, scope.now), config, best_sparse_scores(lists)
+    )
     depth = adaptive_depth([c.local for c in local], config)
     head, source = llm_rerank(
         local[:depth],

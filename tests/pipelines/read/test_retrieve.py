@@ -20,6 +20,7 @@ from pipelines.read.recall import (
     RecallHit,
     RecallList,
     RecallScope,
+    best_sparse_scores,
     dedupe,
     fetch_candidates,
     fetch_chunk,
@@ -33,6 +34,8 @@ from pipelines.read.rerank import (
     local_rerank,
     offline_rerank,
     prioritize,
+    query_dates,
+    session_support,
 )
 from pipelines.read.retrieve import retrieve
 from pipelines.read.rewrite import offline_rewrite
@@ -242,6 +245,101 @@ def test_local_rerank_prefers_the_memory_about_the_named_entity() -> None:
     ranked = local_rerank(tied, variants)
     assert [c.memory.id for c in ranked] == ["y", "x"]
     assert all(0.0 <= c.local <= 1.0 for c in ranked)
+
+
+def test_local_rerank_weighs_the_keyword_score_that_fusion_drops() -> None:
+    # given two candidates tied on every feature but the keyword score's magnitude
+    variants = offline_rewrite("adoption agencies")
+    tied = [
+        Candidate(
+            memory=view("a", "Caroline: adoption agencies"), fused=0.02, dense=0.5, sparse=1.0
+        ),
+        Candidate(
+            memory=view("b", "Caroline: adoption agencies"), fused=0.02, dense=0.5, sparse=9.0
+        ),
+    ]
+    # then the one the keyword search scored higher comes first, from its own score or
+    # from the scores by id that retrieve passes
+    assert [c.memory.id for c in local_rerank(tied, variants)] == ["b", "a"]
+    by_id = local_rerank(tied, variants, sparse_scores={"a": 5.0})
+    assert [(c.memory.id, c.sparse) for c in by_id] == [("a", 5.0), ("b", None)]
+
+
+def test_best_sparse_scores_compare_the_literal_and_intent_lists_only() -> None:
+    lists = [
+        RecallList("sparse", "literal", (RecallHit("a", 2.0), RecallHit("b", 1.0))),
+        RecallList("sparse", "intent", (RecallHit("b", 3.0),)),
+        RecallList("sparse", "associative", (RecallHit("a", 50.0), RecallHit("c", 40.0))),
+        RecallList("dense", "literal", (RecallHit("c", 0.9),)),
+    ]
+    assert best_sparse_scores(lists) == {"a": 2.0, "b": 3.0}
+
+
+def test_session_support_lifts_a_memory_its_session_backs_up() -> None:
+    # given a lone strong candidate, and a slightly weaker one whose session recalled more
+    scores = [0.80, 0.78, 0.7, 0.7]
+    sessions = ["s1", "s2", "s2", "s2"]
+    lone, backed, *_ = session_support(scores, sessions, 1 / 3, 3)
+    # then the backed-up one passes the lone one: (2/3)·0.78 + (1/3)·mean(0.78, 0.7, 0.7)
+    assert backed == pytest.approx(2 / 3 * 0.78 + (0.78 + 1.4) / 9)
+    assert lone == pytest.approx(2 / 3 * 0.80 + 0.80 / 9)
+    assert backed > lone
+
+
+def test_session_support_keeps_the_order_inside_one_session_and_without_sessions() -> None:
+    scores = [0.9, 0.5, 0.2]
+    for sessions in (["s", "s", "s"], [None, None, None]):
+        supported = session_support(scores, sessions, 1 / 3, 3)
+        assert sorted(supported, reverse=True) == supported and len(set(supported)) == 3
+    assert session_support(scores, ["a", "b", "c"], 0.0, 3) == scores
+
+
+def test_local_rerank_applies_session_support() -> None:
+    # given two candidates tied on every feature; one's session recalled a third candidate
+    variants = offline_rewrite("adoption agencies")
+    pool = [
+        Candidate(
+            memory=view("a", "Caroline: adoption agencies", session_id="s1"), fused=0.02, dense=0.5
+        ),
+        Candidate(
+            memory=view("b", "Caroline: adoption agencies", session_id="s2"), fused=0.02, dense=0.5
+        ),
+        Candidate(memory=view("c", "Melanie: pottery", session_id="s2"), fused=0.01, dense=0.4),
+    ]
+    # then its session's backing breaks the tie
+    assert [c.memory.id for c in local_rerank(pool, variants)][:2] == ["b", "a"]
+    off = local_rerank(pool, variants, config=RetrievalConfig(session_support=0.0))
+    assert [c.memory.id for c in off][:2] == ["a", "b"]
+
+
+def test_a_date_in_the_question_lifts_what_was_stored_then() -> None:
+    # given the same text stored on two days, and questions naming the first day
+    first = datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
+    tied = [
+        Candidate(
+            memory=view(
+                "later", "Caroline: went to the support group", timestamp=first + timedelta(days=30)
+            ),
+            fused=0.02,
+            dense=0.5,
+        ),
+        Candidate(
+            memory=view("then", "Caroline: went to the support group", timestamp=first),
+            fused=0.02,
+            dense=0.5,
+        ),
+    ]
+    for question in ("What did Caroline do on 8 May 2023?", "Caroline 2023年5月8日做了什么？"):
+        dates = query_dates(question, NOW)
+        assert dates is not None and dates.start == first.date()
+        ranked = local_rerank(tied, offline_rewrite(question), dates)
+        assert [c.memory.id for c in ranked] == ["then", "later"], question
+    # and a question without a date leaves the tie to the ids
+    assert query_dates("What did Caroline do?", NOW) is None
+    assert [c.memory.id for c in local_rerank(tied, offline_rewrite("What did Caroline do?"))] == [
+        "later",
+        "then",
+    ]
 
 
 # -- adaptive depth -----------------------------------------------------------------------
