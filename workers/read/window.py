@@ -56,6 +56,9 @@ MAX_SUMMARIES = 64
 # A summarising reader holds the lock at most this long (a remote LLM summarises a 4,000-token
 # chunk in a few seconds; chunks past 25 turns are one or two).
 SUMMARY_LOCK_S = 120
+# A rewrite (a correction or an erasure) holds it for a few Redis calls: a short expiry, so
+# that an owner killed mid-rewrite does not hold the next erasure back for two minutes.
+REWRITE_LOCK_S = 10
 
 
 def turns_key(tenant_id: str, task_id: str, session_id: str) -> str:
@@ -280,7 +283,7 @@ class WorkingMemoryPool:
         """
         lock = lock_key(tenant_id, task_id, session_id)
         token = uuid.uuid4().hex
-        if not self._redis.set(lock, token, nx=True, ex=SUMMARY_LOCK_S):
+        if not self._redis.set(lock, token, nx=True, ex=REWRITE_LOCK_S):
             return False
         try:
             key = turns_key(tenant_id, task_id, session_id)
