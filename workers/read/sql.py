@@ -4,6 +4,7 @@ version chains, pipelined on one connection per request.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from concurrent.futures import Future
@@ -20,6 +21,7 @@ from pipelines.read.recall import MemoryVersion, MemoryView, RecallHit, RecallSc
 from pipelines.read.rewrite import extract_keywords
 from pipelines.read.sparse import feedback_terms
 from pipelines.records import Level, MemoryType
+from pipelines.text.code import looks_like_code, split_identifier
 from pipelines.text.words import has_han, raw_tokens
 
 # PostgreSQL's text search configuration: English stemming, like the pipeline's analyzer. Han
@@ -123,10 +125,16 @@ def versions_from_rows(pool: ConnectionPool) -> bool:
     return _HAS_PARENT_IDS[key]
 
 
+# A name only code has: snake_case or lowerCamelCase (PascalCase is also how products and
+# people are spelled: PostgreSQL, LeBron, YouTube stay whole).
+_CODE_NAME_RE = re.compile(r"[A-Za-z0-9]_[A-Za-z0-9]|^[a-z][a-z0-9]*[A-Z]")
+
+
 @lru_cache(maxsize=4_096)
 def tsquery_of(text: str) -> str:
     """An OR of the query's keywords for ``to_tsquery``, each quoted ('' when none).
 
+    A question that looks like code also asks for the words of each identifier it names.
     ``plainto_tsquery`` would AND them, and a question rarely shares every word with its
     answer; PostgreSQL stems each quoted keyword itself. A Chinese keyword asks for its
     bigrams, the units its memories are indexed by (``pipelines.text.words.raw_tokens``, as
@@ -135,6 +143,9 @@ def tsquery_of(text: str) -> str:
     """
     terms = []
     bigrams: set[str] = set()
+    # A question in code's terms names identifiers (fetchUserById) that the index holds in
+    # other spellings (fetch_user_by_id is indexed as its words): ask for their words too.
+    code = looks_like_code(text)
     for word in extract_keywords(text)[:64]:
         if has_han(word):
             for term in raw_tokens(word):
@@ -143,6 +154,12 @@ def tsquery_of(text: str) -> str:
                     terms.append(_quoted(term))
             continue
         terms.append(_quoted(word))
+        parts = split_identifier(word) if code and _CODE_NAME_RE.search(word) else []
+        if len(parts) > 1:
+            for part in parts:
+                if part not in bigrams and part.lower() != word.lower():
+                    bigrams.add(part)
+                    terms.append(_quoted(part))
     return " | ".join(term for term in terms if term)
 
 

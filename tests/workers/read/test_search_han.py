@@ -217,3 +217,16 @@ def test_the_migration_rewrites_an_existing_databases_chinese_rows_only(migrated
         assert down[chinese] == before[chinese]
     finally:
         drop_database(url)
+
+
+def test_a_question_in_codes_terms_also_asks_for_the_words_of_its_identifiers() -> None:
+    # fetch_user_by_id is indexed as its words: the camelCase spelling must reach them
+    assert tsquery_of("Where is fetchUserById implemented?") == (
+        "'fetchUserById' | 'fetch' | 'user' | 'by' | 'id' | 'implemented'"
+    )
+    assert tsquery_of("What does MAX_UPLOAD_BYTES limit?") == (
+        "'MAX_UPLOAD_BYTES' | 'max' | 'upload' | 'bytes' | 'limit'"
+    )
+    # a PascalCase name is how products and people are spelled: it stays whole
+    assert tsquery_of("Why did we choose PostgreSQL?") == "'choose' | 'PostgreSQL'"
+    assert tsquery_of("Where does LeBron play?") == "'LeBron' | 'play'"
