@@ -227,4 +227,9 @@ class VectorIndex(Protocol):
         """Compaction: vacuum deleted points, merge segments, (re)build the HNSW graph."""
         ...
 
+    def build_index(self, collection: str) -> None:
+        """``optimize`` a collection that serves no reader yet (a rebuild's or a re-embed's
+        next generation), away from the process's other work where the engine allows it."""
+        ...
+
     def close(self) -> None: ...

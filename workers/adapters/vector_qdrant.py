@@ -388,6 +388,10 @@ class QdrantIndex:
             with_payload=with_payload,
         )
 
+    def build_index(self, collection: str) -> None:
+        # The server builds graphs in its own process already.
+        self.optimize(collection)
+
     def optimize(self, collection: str) -> None:
         physical = self.resolve(collection)
         if physical is None:

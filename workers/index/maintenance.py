@@ -168,7 +168,9 @@ def rebuild_index(ctx: Clients, kind: str) -> RebuildReport:
             report.copied = written
             report.phases_s["copy"] = time.monotonic() - mark
             mark = time.monotonic()
-            vectors.optimize(new)
+            # Off the serving path: readers use the old generation until the switch, and
+            # the graph is built where it stalls none of this process's other threads.
+            vectors.build_index(new)
             report.phases_s["index"] = time.monotonic() - mark
             mark = time.monotonic()
             for round_ in range(1, VERIFY_ROUNDS + 1):
