@@ -8,8 +8,8 @@ consumes it instead, with a broker connection of its own, in the process that ho
 store: reads and the slot's work run side by side on the same clients.
 
 What makes that safe: the engine's calls are serialised by the GIL (qdrant-edge-py holds it
-for each search, upsert and optimize; ``tests/workers/read/test_slot_engine.py`` hammers a
-shard from several threads), a rebuild builds its new generation's graph in a child
+for each search, upsert and optimize; tests/workers/adapters/test_edge_concurrency.py
+hammers a store from several threads), a rebuild builds its new generation's graph in a child
 process (``EdgeIndex.build_index``) so the GIL is never held for a whole build, and a
 search holds the shard it reads open until it returns (the alias switch cannot close it).
 The psycopg pool and the Redis client are thread-safe; ``Clients`` builds each client once
