@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from celery import states
@@ -58,6 +59,18 @@ class ReadSlot(threading.Thread):
         self._stopping = threading.Event()
         self.ready = threading.Event()
         self.served = 0
+        self._after_reply: list[Callable[[], None]] = []
+
+    def defer(self, fn: Callable[[], None]) -> None:
+        self._after_reply.append(fn)
+
+    def _run_deferred(self) -> None:
+        pending, self._after_reply = self._after_reply, []
+        for fn in pending:
+            try:
+                fn()
+            except Exception:  # best effort by contract (an access bump): logged, never raised
+                log.warning("work deferred after a reply failed", exc_info=True)
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """Finish the task in hand (its message is acked), then stop consuming."""
@@ -135,6 +148,7 @@ class ReadSlot(threading.Thread):
             hostname=self._hostname, loader=self._app.loader, app=self._app,
         )  # fmt: skip
         message.ack_log_error(log, errors)
+        self._run_deferred()
         self.served += 1
         if info is None:
             events.send("task-succeeded", uuid=task_id, runtime=runtime)
@@ -142,6 +156,17 @@ class ReadSlot(threading.Thread):
             events.send("task-retried", uuid=task_id, exception=repr(info.retval))
         else:
             events.send("task-failed", uuid=task_id, exception=repr(info.retval))
+
+
+def after_reply(fn: Callable[[], None]) -> None:
+    """Run ``fn`` once the task in hand has stored its answer (on a read slot), else now.
+
+    For what the caller does not wait for (an access bump): the answer goes first."""
+    thread = threading.current_thread()
+    if isinstance(thread, ReadSlot):
+        thread.defer(fn)
+    else:
+        fn()
 
 
 _slot: ReadSlot | None = None
