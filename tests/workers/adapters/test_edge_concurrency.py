@@ -175,3 +175,31 @@ def test_searches_upserts_and_rebuilds_from_several_threads_on_one_store(
     expected = SEEDED + len(written) - len(deleted)
     assert index.count(ALIAS) == expected
     index.close()
+
+
+def test_an_optimize_that_would_build_a_graph_in_place_is_flagged(tmp_path: Path) -> None:
+    # given a serving collection of 384-d points past the engine's indexing threshold
+    # (10,000 KB of one vector's data: ~6,700 points), none in a graph yet
+    rng = np.random.default_rng(3)
+    index = EdgeIndex(tmp_path / "qdrant")
+    index.ensure_collection(ALIAS, 384, CollectionParams(hnsw_m=8, hnsw_ef_construct=16))
+    vectors = rng.standard_normal((7_500, 384)).astype(np.float32)
+    for start in range(0, 7_500, 2_500):
+        index.upsert(ALIAS, [
+            VectorPoint(id=uuid.UUID(int=start + i + 1), vector=vectors[start + i].tolist(),
+                        payload={"tenant_id": "acme", "task_id": "main"})
+            for i in range(2_500)
+        ])  # fmt: skip
+
+    # then an in-place optimize would stall the process, and once built it would not
+    assert index.optimize_would_stall(ALIAS)
+    index.optimize(ALIAS)
+    assert not index.optimize_would_stall(ALIAS)
+
+    # and a collection behind no alias never stalls a reader: it is built in a child
+    index.create_collection(f"{ALIAS}__g9", 384, CollectionParams())
+    index.upsert(
+        f"{ALIAS}__g9", index.retrieve(ALIAS, [uuid.UUID(int=i + 1) for i in range(7_000)])
+    )
+    assert not index.optimize_would_stall(f"{ALIAS}__g9")
+    index.close()
