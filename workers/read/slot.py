@@ -95,8 +95,9 @@ class ReadSlot(threading.Thread):
 
     def _serve(self, conn: Connection) -> None:
         queue = self._app.amqp.queues[self._queue.value]
+        events_conn = conn.clone()
         events = self._app.events.Dispatcher(
-            conn.clone(),
+            events_conn,
             hostname=self._hostname,
             enabled=bool(self._app.conf.worker_send_task_events),
         )
@@ -116,6 +117,7 @@ class ReadSlot(threading.Thread):
                         continue
         finally:
             events.close()
+            events_conn.release()
 
     def _handle(
         self, message: Message, events: Any, errors: tuple[type[BaseException], ...]
