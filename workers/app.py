@@ -148,7 +148,8 @@ def _warm_process_clients(**_: object) -> None:
     from workers.clients import get_clients, tune_gc
 
     clients = get_clients()
-    if serves_reads():
+    consumed = getattr(get_app().amqp.queues, "consume_from", None) or {}
+    if serves_reads() or CeleryQueue.RECALL.value in consumed:
         # The store owner serves context(): its first call should not pay for opening the
         # stores and loading the tokenizer (about half a second).
         try:

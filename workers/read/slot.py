@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -136,13 +137,11 @@ class ReadSlot(threading.Thread):
             log.error("read slot refused a message on %s: %s", self._queue.value, exc)
             message.reject_log_error(log, errors, requeue=False)
             return
+        received = time.time()
         task_id = str(headers["id"])
         request: dict[str, Any] = dict(headers)
         request.update(embed or {}, is_eager=False, hostname=self._hostname)
         request["delivery_info"] = message.delivery_info
-        events.send("task-received", uuid=task_id, name=task.name, args=repr(args),
-                    kwargs=repr(kwargs), retries=0, eta=None, expires=None)  # fmt: skip
-        events.send("task-started", uuid=task_id)
         # Acked after the task ran (acks_late): a process that dies in between leaves the
         # message with the broker. A task's failure is stored as its result, as on the slot.
         _, info, runtime, _ = trace_task(
@@ -152,6 +151,12 @@ class ReadSlot(threading.Thread):
         message.ack_log_error(log, errors)
         self._run_deferred()
         self.served += 1
+        # Flower's events, after the answer (three Redis round trips the caller would wait
+        # for), each with the time it happened.
+        events.send("task-received", uuid=task_id, name=task.name, args=repr(args),
+                    kwargs=repr(kwargs), retries=0, eta=None, expires=None,
+                    timestamp=received)  # fmt: skip
+        events.send("task-started", uuid=task_id, timestamp=received)
         if info is None:
             events.send("task-succeeded", uuid=task_id, runtime=runtime)
         elif info.state == states.RETRY:
