@@ -56,6 +56,9 @@ ALIAS_FILE = "aliases.json"
 # Qdrant's default full_scan_threshold, in KB of vectors: below it a segment is scanned
 # exactly, which is faster than walking a graph.
 FULL_SCAN_THRESHOLD_KB = 10_000
+# Points per engine upsert call. One call of 1,000 points at 384-d held the GIL for 17.5 ms
+# here, one of 200 for 3.3 ms: the same cost per point, a fifth of the wait for a read.
+UPSERT_CALL_POINTS = 200
 # The engine's default indexing threshold, in KB of one vector's data in a segment (Qdrant's
 # indexing_threshold_kb): past it optimize builds the segment's graph. Measured with
 # qdrant-edge 0.9 at 384-d: a segment of 8k unindexed points was built, one of 3k was not.
@@ -348,7 +351,11 @@ class EdgeIndex:
         if not points:
             return
         with self.require(collection) as (_, shard):
-            shard.update(qe.UpdateOperation.upsert_points([_point(p) for p in points]))
+            # In engine calls of at most UPSERT_CALL_POINTS: each holds the GIL throughout,
+            # and the store owner's read slot waits for the one in progress.
+            for start in range(0, len(points), UPSERT_CALL_POINTS):
+                chunk = points[start : start + UPSERT_CALL_POINTS]
+                shard.update(qe.UpdateOperation.upsert_points([_point(p) for p in chunk]))
 
     def delete(self, collection: str, ids: Sequence[uuid.UUID]) -> None:
         if not ids:
