@@ -224,8 +224,10 @@ def index_memories(
 
 def _scratch(base: Settings, tmp: Path, redis_db: int | None = REDIS_DB) -> Settings:
     params = conninfo_to_dict(base.database_url)
+    # The process id keeps two runs on one machine (engineers sharing it) off each other's
+    # scratch database: each drops its own at start and end.
     database_url = make_conninfo(
-        base.database_url, dbname=f"{params.get('dbname', 'memharness')}_latency"
+        base.database_url, dbname=f"{params.get('dbname', 'memharness')}_latency_{os.getpid()}"
     )
     redis_url = base.redis_url
     if redis_db is not None:
@@ -493,7 +495,7 @@ def run_args(args: argparse.Namespace) -> int:
         args.points, args.queries, args.warmup = QUICK["points"], QUICK["queries"], QUICK["warmup"]
     return run(
         get_settings(), points=args.points, queries=args.queries, warmup=args.warmup,
-        e2e=not args.no_e2e,
+        e2e=not args.no_e2e, redis_db=args.redis_db,
     )  # fmt: skip
 
 
@@ -504,6 +506,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true", help="1k memories, 40 calls (CI)")
     parser.add_argument(
         "--no-e2e", action="store_true", help="the in-process call only, no owner worker"
+    )
+    parser.add_argument(
+        "--redis-db",
+        type=int,
+        default=REDIS_DB,
+        help="Redis database of the run (flushed; its queues carry the end-to-end calls): "
+        "two runs at once need two",
     )
 
 
