@@ -54,8 +54,8 @@ class Settings(BaseSettings):
         description="Search threads of each qdrant-edge collection. One runs a batch's small "
         "scoped searches on the calling thread (on 2 cores the engine's pool cost context() "
         "~0.8 ms at 10k memories), holding the GIL meanwhile: right for the store owner, "
-        "which runs one task at a time; a process that searches from several threads while "
-        "it writes should raise it.",
+        "whose read slot and Celery slot take turns on the GIL in every engine call anyway; "
+        "a process that searches from several threads while it writes should raise it.",
     )
     collection_prefix: str = Field(
         "memharness", description="Prefix of the vector collections (episodic, semantic)."

@@ -223,3 +223,23 @@ def test_the_code_set_holds_together() -> None:
     for question in CODE_QUESTIONS:
         assert question.gold and question.gold <= code, question.text
         assert question.style in {"identifier", "natural"}
+
+
+@pytest.mark.integration
+def test_retrieval_latency_reports_in_process_and_end_to_end_keys(
+    migrated, settings, capsys
+) -> None:  # type: ignore[no-untyped-def]
+    from memharness.bench.retrieval_latency import run
+
+    # a tiny run through a real store-owner worker: the figures are noise at this size (no
+    # target is set for it), the keys, the phases and the answers are the point
+    assert run(settings, points=[1_000], queries=30, warmup=5, redis_db=None) == 0
+    result = last_json(capsys)
+    for key in ("p50_ms_1k", "p95_ms_1k", "e2e_p50_ms_1k", "e2e_p95_ms_1k",
+                "e2e_p95_ms_1k_under_writes", "e2e_p95_ms_1k_during_rebuild"):  # fmt: skip
+        assert float(result[key]) > 0, key
+    assert result["e2e_failures_during_rebuild"] == 0
+    run_ = result["runs"]["1k"]
+    assert run_["e2e_calls"] == 30 and run_["e2e_under_writes_calls"] == 30
+    assert run_["e2e_during_rebuild_calls"] >= 1
+    assert float(run_["e2e_under_writes_records_per_s"]) > 50

@@ -9,9 +9,16 @@ app from the environment's settings.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from celery import Celery
-from celery.signals import worker_process_init, worker_process_shutdown
+from celery.signals import (
+    celeryd_after_setup,
+    worker_process_init,
+    worker_process_shutdown,
+    worker_ready,
+    worker_shutdown,
+)
 from kombu import Exchange, Queue
 
 from config import Settings, get_settings
@@ -104,6 +111,37 @@ def __getattr__(name: str) -> Celery:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+# Set in the worker's main process when it owns an embedded store and was asked to serve
+# ``recall``: its Celery consumer then leaves that queue to the read slot (workers.read.slot),
+# which runs in the process holding the store (the pool's child, inherited across the fork).
+_read_slot_hostname: str | None = None
+_read_slot_in_main = False
+
+
+@celeryd_after_setup.connect
+def _move_recall_to_read_slot(sender: str, instance: Any, **_: object) -> None:
+    """A store owner serves ``recall`` on its read slot, never on its single Celery slot,
+    where a context() would wait behind drains, link passes, rebuilds and re-embeds."""
+    global _read_slot_hostname, _read_slot_in_main
+    from celery.concurrency import get_implementation
+    from celery.concurrency.prefork import TaskPool
+
+    app = instance.app
+    consumed = app.amqp.queues.consume_from or {}
+    if not get_settings().store_is_embedded or CeleryQueue.RECALL.value not in consumed:
+        return
+    app.amqp.queues.deselect([CeleryQueue.RECALL.value])
+    _read_slot_hostname = sender
+    # With the prefork pool the store lives in the pool's child; with solo or threads, here.
+    _read_slot_in_main = not issubclass(get_implementation(instance.pool_cls), TaskPool)
+    log.info("%s serves %s on its read slot", sender, CeleryQueue.RECALL.value)
+
+
+def serves_reads() -> bool:
+    """Whether this worker process is the store's owner and serves ``recall``."""
+    return _read_slot_hostname is not None
+
+
 @worker_process_init.connect
 def _warm_process_clients(**_: object) -> None:
     # Built here, once per pool process, after the fork: never inherited from the parent.
@@ -111,7 +149,7 @@ def _warm_process_clients(**_: object) -> None:
 
     clients = get_clients()
     consumed = getattr(get_app().amqp.queues, "consume_from", None) or {}
-    if CeleryQueue.RECALL.value in consumed:
+    if serves_reads() or CeleryQueue.RECALL.value in consumed:
         # The store owner serves context(): its first call should not pay for opening the
         # stores and loading the tokenizer (about half a second).
         try:
@@ -120,10 +158,35 @@ def _warm_process_clients(**_: object) -> None:
         except Exception as exc:  # a store still starting: the first call builds them
             log.warning("read path not warmed at start: %s", exc)
     tune_gc()
+    if serves_reads() and not _read_slot_in_main:
+        _start_read_slot()
+
+
+@worker_ready.connect
+def _start_read_slot_in_main(**_: object) -> None:
+    if serves_reads() and _read_slot_in_main:
+        _start_read_slot()
+
+
+def _start_read_slot() -> None:
+    from workers.read.slot import start_read_slot
+
+    assert _read_slot_hostname is not None
+    start_read_slot(get_app(), _read_slot_hostname)
 
 
 @worker_process_shutdown.connect
 def _close_process_clients(**_: object) -> None:
     from workers.clients import close_clients
+    from workers.read.slot import stop_read_slot
 
+    stop_read_slot()  # the read in hand finishes (and is acked) before the store closes
     close_clients()
+
+
+@worker_shutdown.connect
+def _stop_read_slot_in_main(**_: object) -> None:
+    if _read_slot_in_main:
+        from workers.read.slot import stop_read_slot
+
+        stop_read_slot()

@@ -12,7 +12,7 @@ import gc
 import os
 import threading
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import redis
 from psycopg_pool import ConnectionPool
@@ -25,6 +25,28 @@ if TYPE_CHECKING:
     from pipelines.ports import LLM
     from pipelines.read.tokens import TokenCounter
     from workers.read.window import WorkingMemoryPool
+
+
+T = TypeVar("T")
+
+
+class built_once(cached_property[T]):
+    """``cached_property`` built under the instance's lock: the store owner's read slot and
+    its Celery slot may both ask first, and a second engine opening the same store would
+    fail (one owner per store). Python 3.12 dropped ``cached_property``'s own lock."""
+
+    @overload
+    def __get__(self, instance: None, owner: type[Any] | None = None) -> built_once[T]: ...
+    @overload
+    def __get__(self, instance: object, owner: type[Any] | None = None) -> T: ...
+    def __get__(self, instance: object | None, owner: type[Any] | None = None) -> Any:
+        if instance is None:
+            return self
+        cached = instance.__dict__
+        if self.attrname in cached:
+            return cached[self.attrname]
+        with instance._build_lock:  # type: ignore[attr-defined]
+            return super().__get__(instance, owner)
 
 
 class Clients:
@@ -41,12 +63,13 @@ class Clients:
         self.redis_timeout_s = redis_timeout_s
         # Searches of one process through the embedded engine are serialised on this lock.
         self.vector_lock = threading.Lock()
+        self._build_lock = threading.RLock()
 
-    @cached_property
+    @built_once
     def pool(self) -> ConnectionPool:
         return open_pool(self.settings, name=f"{self.name}-{self.pid}")
 
-    @cached_property
+    @built_once
     def redis(self) -> redis.Redis:
         return redis.Redis.from_url(
             self.settings.redis_url,
@@ -54,19 +77,19 @@ class Clients:
             socket_connect_timeout=self.redis_timeout_s,
         )
 
-    @cached_property
+    @built_once
     def llm(self) -> LLM:
         from workers.adapters import build_llm
 
         return build_llm(self.settings)
 
-    @cached_property
+    @built_once
     def embedder(self) -> Embedder:
         from workers.adapters import build_embedder
 
         return build_embedder(self.settings)
 
-    @cached_property
+    @built_once
     def code_embedder(self) -> Embedder | None:
         """The code vector's embedder (the text embedder over code read as words), None
         when code vectors are off."""
@@ -74,20 +97,20 @@ class Clients:
 
         return build_code_embedder(self.settings, self.embedder)
 
-    @cached_property
+    @built_once
     def vectors(self) -> VectorIndex:
         from workers.adapters import build_vector_index
 
         return build_vector_index(self.settings)
 
-    @cached_property
+    @built_once
     def counter(self) -> TokenCounter:
         """The token counter of budgets (loads the tokenizer: about half a second)."""
         from workers.adapters.tokenizer import load_token_counter
 
         return load_token_counter(self.settings.tokenizer)
 
-    @cached_property
+    @built_once
     def working_memory(self) -> WorkingMemoryPool:
         from workers.read.window import WorkingMemoryPool
 

@@ -37,7 +37,9 @@ TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
     TransientLLMError,
 )
 
-ALLOWED_OPTIONS = frozenset({"ignore_result", "soft_time_limit", "time_limit", "rate_limit"})
+ALLOWED_OPTIONS = frozenset(
+    {"ignore_result", "soft_time_limit", "time_limit", "rate_limit", "track_started"}
+)
 
 METRICS_KEY = "memharness:metrics:{name}"
 

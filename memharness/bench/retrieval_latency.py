@@ -8,12 +8,20 @@ built (``optimize``). Then ``context()``'s owner-side call, ``workers.read.conte
 .assemble_for`` (``pipelines.assemble.build_context``: focus, three query variants, dense
 recall on the edge store, sparse and temporal recall in PostgreSQL, fusion, local and
 offline reranking, priority, budgeted assembly with the real tokenizer) is timed in process
-with the offline adapters, over queries from random tenants and tasks. The Celery hop of
-``MemoryClient.context`` (about 1 ms here, DESIGN.md) is not included.
+with the offline adapters, over queries from random tenants and tasks.
 
-Targets: p95 <= 10 ms at 10k, <= 30 ms at 100k. Building the 100k HNSW graph takes
-about two minutes on these machines, so a full run takes several minutes. Progress goes to
-stderr; the last stdout line is one JSON object.
+Then the same store is handed to a real store-owner worker process and ``MemoryClient
+.context()`` is timed end to end from this process, as an agent feels it (the ``recall``
+queue, the owner's read slot, the result backend): idle, while another process records 200
+memories a second, and while the owner rebuilds the episodic index
+(``memharness.bench.e2e_latency``; the loaded phases at stores up to 10k, where their
+targets are).
+
+Targets: in process p95 <= 10 ms at 10k, <= 30 ms at 100k; end to end p95 <= 15 ms at 10k,
+<= 35 ms at 100k, <= 20 ms at 10k under writes, <= 25 ms at 10k during a rebuild with no
+failed or empty answer. Building the 100k HNSW graph takes about two minutes on these
+machines, so a full run takes several minutes; ``--quick`` is a small run for CI. Progress
+goes to stderr; the last stdout line is one JSON object.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import random
 import shutil
 import statistics
@@ -48,6 +57,16 @@ from workers.index.targets import EPISODIC, alias_name, collection_params, episo
 from workers.metrics import set_enabled
 
 TARGET_P95_MS = {10_000: 10.0, 100_000: 30.0}
+# End to end (the issue's targets): key -> p95 ms.
+E2E_TARGETS_MS = {
+    "e2e_p95_ms_10k": 15.0,
+    "e2e_p95_ms_100k": 35.0,
+    "e2e_p95_ms_10k_under_writes": 20.0,
+    "e2e_p95_ms_10k_during_rebuild": 25.0,
+}
+# The loaded phases (under writes, during a rebuild) run at stores up to this size: their
+# targets are at 10k, and a rebuild of 100k builds its graph for minutes.
+LOADED_PHASES_MAX_POINTS = 10_000
 TENANTS = 8
 TASKS_PER_TENANT = 5
 SEED = 20261202
@@ -203,15 +222,20 @@ def index_memories(
         )
 
 
-def _scratch(base: Settings, tmp: Path) -> Settings:
+def _scratch(base: Settings, tmp: Path, redis_db: int | None = REDIS_DB) -> Settings:
     params = conninfo_to_dict(base.database_url)
+    # The process id keeps two runs on one machine (engineers sharing it) off each other's
+    # scratch database: each drops its own at start and end.
     database_url = make_conninfo(
-        base.database_url, dbname=f"{params.get('dbname', 'memharness')}_latency"
+        base.database_url, dbname=f"{params.get('dbname', 'memharness')}_latency_{os.getpid()}"
     )
+    redis_url = base.redis_url
+    if redis_db is not None:
+        redis_url = base.redis_url.rsplit("/", 1)[0] + f"/{redis_db}"
     return base.model_copy(
         update={
             "database_url": database_url,
-            "redis_url": base.redis_url.rsplit("/", 1)[0] + f"/{REDIS_DB}",
+            "redis_url": redis_url,
             "qdrant_url": "",
             "qdrant_path": tmp / "qdrant",
             "embedder": "hashing",
@@ -220,7 +244,9 @@ def _scratch(base: Settings, tmp: Path) -> Settings:
     )
 
 
-def measure(settings: Settings, n: int, *, queries: int, warmup: int, tmp: Path) -> dict[str, Any]:
+def measure(
+    settings: Settings, n: int, *, queries: int, warmup: int, tmp: Path, e2e: bool = True
+) -> dict[str, Any]:
     from workers.adapters.tokenizer import load_token_counter
     from workers.clients import Clients, tune_gc
     from workers.read.context import assemble_for
@@ -242,7 +268,8 @@ def measure(settings: Settings, n: int, *, queries: int, warmup: int, tmp: Path)
     result["pg_load_s"] = round(time.perf_counter() - started, 2)
     _log(f"[{_key(n)}] {n} rows copied into PostgreSQL in {result['pg_load_s']} s")
 
-    path = tmp / f"edge-{n}"
+    # The store the owner worker opens afterwards (one owner at a time: closed before).
+    path = settings.qdrant_path
     shutil.rmtree(path, ignore_errors=True)
     index = EdgeIndex(path, search_threads=settings.edge_search_threads)
     pool = open_pool(settings, name="memharness-bench-latency")
@@ -338,6 +365,30 @@ def measure(settings: Settings, n: int, *, queries: int, warmup: int, tmp: Path)
         pool.close()
         r.close()
         index.close()
+    try:
+        if e2e:
+            from memharness.bench.e2e_latency import measure_e2e, queries_for
+
+            _log(f"[{_key(n)}] context() end to end through a store-owner worker")
+            agent_calls = queries_for(
+                warmup + queries, SEED + n + 1, TENANTS, TASKS_PER_TENANT, QUESTIONS, SUBJECTS
+            )
+            result.update(
+                measure_e2e(
+                    settings,
+                    agent_calls,
+                    warmup=warmup,
+                    tenants=TENANTS,
+                    tasks=TASKS_PER_TENANT,
+                    budget_tokens=BUDGET_TOKENS,
+                    log_dir=tmp / "logs",
+                    under_writes=n <= LOADED_PHASES_MAX_POINTS,
+                    during_rebuild=n <= LOADED_PHASES_MAX_POINTS,
+                )
+            )
+            _log(f"[{_key(n)}] end to end p50 {result.get('e2e_p50_ms')} ms, "
+                 f"p95 {result.get('e2e_p95_ms')} ms")  # fmt: skip
+    finally:
         shutil.rmtree(path, ignore_errors=True)
     return result
 
@@ -348,25 +399,46 @@ def run(
     points: Sequence[int] = (10_000, 100_000),
     queries: int = 300,
     warmup: int = 30,
+    e2e: bool = True,
+    redis_db: int | None = REDIS_DB,
 ) -> int:
+    """The whole run; ``redis_db`` None keeps the Redis database of ``base`` (tests)."""
     tmp = Path(tempfile.mkdtemp(prefix="memharness-latency-"))
-    settings = _scratch(base, tmp)
+    settings = _scratch(base, tmp, redis_db)
     drop_database(settings.database_url)
     migrate(settings.database_url)
+    redis.Redis.from_url(settings.redis_url).flushdb()
     out: dict[str, Any] = {
         "bench": "retrieval-latency",
-        "measured": "MemoryClient.context()'s owner-side call in process: "
-        "workers.read.context.assemble_for -> pipelines.read.assemble.build_context with the "
-        "offline adapters, qdrant-edge (embedded) and PostgreSQL; no Celery hop",
+        "measured": "p*_ms: MemoryClient.context()'s owner-side call in process "
+        "(workers.read.context.assemble_for -> pipelines.read.assemble.build_context with the "
+        "offline adapters, qdrant-edge (embedded) and PostgreSQL; no Celery hop). e2e_*: "
+        "MemoryClient.context() from this process through the recall queue to a store-owner "
+        "worker process and back",
         "embedder": "hashing",
+        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
         "runs": {},
     }
     try:
         for n in sorted(points):
-            run_ = measure(settings, n, queries=queries, warmup=warmup, tmp=tmp)
+            run_ = measure(settings, n, queries=queries, warmup=warmup, tmp=tmp, e2e=e2e)
             out["runs"][_key(n)] = run_
             out[f"p50_ms_{_key(n)}"] = run_["p50_ms"]
             out[f"p95_ms_{_key(n)}"] = run_["p95_ms"]
+            k = _key(n)
+            for src, dst in (
+                ("e2e_p50_ms", f"e2e_p50_ms_{k}"),
+                ("e2e_p95_ms", f"e2e_p95_ms_{k}"),
+                ("e2e_under_writes_p95_ms", f"e2e_p95_ms_{k}_under_writes"),
+                ("e2e_during_rebuild_p95_ms", f"e2e_p95_ms_{k}_during_rebuild"),
+                ("e2e_failures_during_rebuild", f"e2e_failures_during_rebuild_{k}"),
+            ):
+                if src in run_:
+                    out[dst] = run_[src]
+            if "e2e_failures_during_rebuild" in run_:
+                out["e2e_failures_during_rebuild"] = (
+                    out.get("e2e_failures_during_rebuild", 0) + run_["e2e_failures_during_rebuild"]
+                )
             # The worst store size's ratio: metrics on / off, same calls, same run (<= 1.05).
             out["metrics_overhead_context_p50"] = max(
                 out.get("metrics_overhead_context_p50", 0.0),
@@ -377,7 +449,12 @@ def run(
             for n, target in TARGET_P95_MS.items()
             if _key(n) in out["runs"]
         }
+        checks |= {key: out[key] <= target for key, target in E2E_TARGETS_MS.items() if key in out}
+        if "e2e_failures_during_rebuild" in out:
+            checks["e2e_failures_during_rebuild"] = out["e2e_failures_during_rebuild"] == 0
         out["targets_p95_ms"] = {_key(n): t for n, t in TARGET_P95_MS.items()}
+        out["targets_e2e"] = {**E2E_TARGETS_MS, "e2e_failures_during_rebuild": 0}
+        out["missed"] = sorted(key for key, ok in checks.items() if not ok)
         out["meets_targets"] = all(checks.values()) if checks else None
     finally:
         drop_database(settings.database_url)
@@ -406,23 +483,40 @@ def register_bench(
         "retrieval-latency", help="context() p50/p95 at 10k and 100k memories, embedded engine"
     )
     add_arguments(p)
-    p.set_defaults(
-        func=lambda args: run(
-            get_settings(), points=args.points, queries=args.queries, warmup=args.warmup
-        )
-    )
+    p.set_defaults(func=run_args)
+
+
+# --quick: a small run for CI: every key, figures meaningless (no target is at this size).
+QUICK = {"points": [1_000], "queries": 40, "warmup": 10}
+
+
+def run_args(args: argparse.Namespace) -> int:
+    if args.quick:
+        args.points, args.queries, args.warmup = QUICK["points"], QUICK["queries"], QUICK["warmup"]
+    return run(
+        get_settings(), points=args.points, queries=args.queries, warmup=args.warmup,
+        e2e=not args.no_e2e, redis_db=args.redis_db,
+    )  # fmt: skip
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--points", type=_points, default=[10_000, 100_000])
     parser.add_argument("--queries", type=int, default=300)
     parser.add_argument("--warmup", type=int, default=30)
+    parser.add_argument("--quick", action="store_true", help="1k memories, 40 calls (CI)")
+    parser.add_argument(
+        "--no-e2e", action="store_true", help="the in-process call only, no owner worker"
+    )
+    parser.add_argument(
+        "--redis-db",
+        type=int,
+        default=REDIS_DB,
+        help="Redis database of the run (flushed; its queues carry the end-to-end calls): "
+        "two runs at once need two",
+    )
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(prog="python -m memharness.bench.retrieval_latency")
     add_arguments(parser)
-    args = parser.parse_args()
-    raise SystemExit(
-        run(get_settings(), points=args.points, queries=args.queries, warmup=args.warmup)
-    )
+    raise SystemExit(run_args(parser.parse_args()))

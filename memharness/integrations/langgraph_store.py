@@ -38,6 +38,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import threading
 import uuid
 from collections.abc import Iterable, Sequence
 from datetime import datetime
@@ -154,6 +155,9 @@ class MemharnessStore(BaseStore):
         self._pool = pool or open_pool(self.settings, name="memharness-langgraph-store")
         self.ttl_config = ttl
         self.recall_timeout_s = recall_timeout_s
+        # This store's puts whose memories may not be indexed yet (read your writes).
+        self._unsettled: set[uuid.UUID] = set()
+        self._unsettled_lock = threading.Lock()
         self.index_config: IndexConfig | None = None
         self._fields: list[tuple[str, str | list[str]]] = []
         if index is not None:
@@ -222,6 +226,9 @@ class MemharnessStore(BaseStore):
         memory_id = old_memory if text is not None and text == old_text else None
         if text is not None and memory_id is None:
             memory_id = self._remember(namespace, key, text, old_memory)
+            if memory_id is not None:
+                with self._unsettled_lock:
+                    self._unsettled.add(memory_id)
         elif text is None and old_memory is not None:
             self._forget(old_memory)
         with self._pool.connection() as conn:
@@ -412,6 +419,7 @@ class MemharnessStore(BaseStore):
         current = {row["memory_id"] for row in rows if row["memory_id"] is not None}
         if not current:
             return {}
+        self._settle_own_writes()
         namespaces = sorted({tuple(row["namespace"]) for row in rows if row["memory_id"]})
         limit = min(RECALL_LIMIT_MAX, op.offset + op.limit + RECALL_SLACK)
         tasks: list[str | None] = [task_for_namespace(ns) for ns in namespaces]
@@ -431,6 +439,25 @@ class MemharnessStore(BaseStore):
                 if memory_id in current:
                     scores[memory_id] = max(float(hit["score"]), scores.get(memory_id, -1e9))
         return scores
+
+    def _settle_own_writes(self) -> None:
+        """Read your writes: a semantic search first waits (up to ``recall_timeout_s``) for
+        this store's own puts to be stored and indexed. The store owner answers recalls on
+        a slot of their own, beside its drains, so a search sent right after a put would
+        otherwise meet the index before the put's vector; LangGraph's stores find an item
+        put just before. One that takes longer follows unscored, as an item not embedded
+        yet does."""
+        with self._unsettled_lock:
+            pending = list(self._unsettled)
+        if not pending:
+            return
+        try:
+            self._client.wait_until_settled(pending, timeout_s=self.recall_timeout_s)
+        except TimeoutError as exc:
+            log.warning("searching before %s put(s) were indexed: %s", len(pending), exc)
+            return
+        with self._unsettled_lock:
+            self._unsettled.difference_update(pending)
 
     def _refresh(self, rows: Iterable[dict[str, Any]]) -> None:
         params = [

@@ -252,4 +252,15 @@ class VectorIndex(Protocol):
         """Compaction: vacuum deleted points, merge segments, (re)build the HNSW graph."""
         ...
 
+    def build_index(self, collection: str) -> None:
+        """``optimize`` a collection that serves no reader yet (a rebuild's or a re-embed's
+        next generation), away from the process's other work where the engine allows it."""
+        ...
+
+    def optimize_would_stall(self, collection: str) -> bool:
+        """Whether ``optimize(collection)`` would build a graph inside this process while
+        holding its other threads (an embedded engine's serving collection with a segment
+        past the indexing threshold). The maintenance then rebuilds off the serving path."""
+        ...
+
     def close(self) -> None: ...

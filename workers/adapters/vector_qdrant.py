@@ -417,6 +417,14 @@ class QdrantIndex:
             with_payload=with_payload,
         )
 
+    def build_index(self, collection: str) -> None:
+        # The server builds graphs in its own process already.
+        self.optimize(collection)
+
+    def optimize_would_stall(self, collection: str) -> bool:
+        # A server optimizes in its own process; local mode keeps no graphs.
+        return False
+
     def optimize(self, collection: str) -> None:
         physical = self.resolve(collection)
         if physical is None:

@@ -168,7 +168,9 @@ def rebuild_index(ctx: Clients, kind: str) -> RebuildReport:
             report.copied = written
             report.phases_s["copy"] = time.monotonic() - mark
             mark = time.monotonic()
-            vectors.optimize(new)
+            # Off the serving path: readers use the old generation until the switch, and
+            # the graph is built where it stalls none of this process's other threads.
+            vectors.build_index(new)
             report.phases_s["index"] = time.monotonic() - mark
             mark = time.monotonic()
             for round_ in range(1, VERIFY_ROUNDS + 1):
@@ -247,6 +249,14 @@ def check_indexes(ctx: Clients, kinds: Sequence[str] = KINDS) -> dict[str, Any]:
                 info["rebuild"] = rebuild_index(ctx, kind).as_dict()
             except IndexBusy as exc:  # another job has it; the next check comes soon
                 info["rebuild"] = {"skipped": str(exc)}
+        elif info.get("exists", True) and ctx.vectors.optimize_would_stall(info["collection"]):
+            # The new points' graph, built in place, would hold every thread of the store's
+            # owner (its reads too) for as long as it takes: a new generation is built
+            # off the serving path instead.
+            try:
+                info["rebuild"] = rebuild_index(ctx, kind).as_dict()
+            except IndexBusy as exc:
+                info["rebuild"] = {"skipped": str(exc)}
         elif info.get("exists", True):
             # qdrant-edge has no background optimizer: a segment that outgrew the indexing
             # threshold gets its HNSW graph only when someone runs the optimizers. Doing it
@@ -266,12 +276,21 @@ def compact_indexes(ctx: Clients, kinds: Sequence[str] = KINDS) -> dict[str, Any
         spec = index_spec(ctx.settings, kind)
         if ctx.vectors.resolve(spec.alias) is None:
             continue
+        rebuilt = None
         try:
-            with maintenance_lock(ctx, spec.alias):
+            if ctx.vectors.optimize_would_stall(spec.alias):
+                # Built in place it would stall the owner's reads: a new generation instead
+                # (copied from the live points only, so it is compact as well).
                 before = ctx.vectors.stats(spec.alias)
                 started = time.monotonic()
-                ctx.vectors.optimize(spec.alias)
+                rebuilt = rebuild_index(ctx, kind).as_dict()
                 after = ctx.vectors.stats(spec.alias)
+            else:
+                with maintenance_lock(ctx, spec.alias):
+                    before = ctx.vectors.stats(spec.alias)
+                    started = time.monotonic()
+                    ctx.vectors.optimize(spec.alias)
+                    after = ctx.vectors.stats(spec.alias)
         except IndexBusy as exc:
             out[kind] = {"collection": spec.alias, "skipped": str(exc)}
             continue
@@ -281,6 +300,8 @@ def compact_indexes(ctx: Clients, kinds: Sequence[str] = KINDS) -> dict[str, Any
             "segments_after": after.segments,
             "seconds": round(time.monotonic() - started, 3),
         }
+        if rebuilt is not None:
+            out[kind]["rebuild"] = rebuilt
     return out
 
 

@@ -405,7 +405,7 @@ def reembed_step(ctx: Clients, kind: str, run_id: uuid.UUID, cursor: str) -> dic
                 new_cursor = _embed_batches(ctx, spec, target, after, deadline, stats)
             elif phase == INDEX_PHASE:
                 mark = time.monotonic()
-                ctx.vectors.optimize(target)
+                ctx.vectors.build_index(target)
                 stats["index_s"] = round(time.monotonic() - mark, 3)
                 new_cursor = VERIFY_PHASE
             elif phase == VERIFY_PHASE:

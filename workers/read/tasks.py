@@ -12,11 +12,14 @@ from workers.clients import get_clients
 from workers.queues import TaskName
 from workers.read.context import context_answer
 from workers.read.search import search
+from workers.read.slot import after_reply
 from workers.read.touch import publish_touch, touch_memories
 from workers.tasking import memharness_task
 
 
-@memharness_task(TaskName.RECALL_SEARCH, ignore_result=False)
+# A read's caller waits for its answer only: a STARTED state stored before it would cost the
+# owner a Redis round trip and wake the caller once for nothing.
+@memharness_task(TaskName.RECALL_SEARCH, ignore_result=False, track_started=False)
 def search_task(
     tenant_id: str, query: str, task_id: str | None = None, limit: int = 5
 ) -> list[dict[str, Any]]:
@@ -25,10 +28,15 @@ def search_task(
 
 # No retries: an agent waits on this answer, and a retry with backoff would outlast its
 # timeout. A transient failure fails the call at once; the agent may ask again.
-@memharness_task(TaskName.RECALL_CONTEXT, ignore_result=False, retry_on=())
+@memharness_task(TaskName.RECALL_CONTEXT, ignore_result=False, retry_on=(), track_started=False)
 def context_task(**kwargs: Any) -> dict[str, Any]:
-    """The assembled context of one step (``MemoryClient.context``), as JSON."""
-    return context_answer(get_clients(), kwargs, publish_touch)
+    """The assembled context of one step (``MemoryClient.context``), as JSON. The access bump
+    it publishes waits until the answer is on its way (``after_reply``)."""
+
+    def touch_later(tenant_id: str, memory_ids: list[str], accessed_at: datetime) -> None:
+        after_reply(lambda: publish_touch(tenant_id, memory_ids, accessed_at))
+
+    return context_answer(get_clients(), kwargs, touch_later)
 
 
 @memharness_task(TaskName.TOUCH_MEMORIES)

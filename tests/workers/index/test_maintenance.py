@@ -322,3 +322,42 @@ def test_points_written_before_context_vectors_still_upsert(ctx) -> None:  # typ
     )
     ctx.vectors.upsert(alias, [point])
     assert ctx.vectors.count(alias, "acme") == 1
+
+
+def test_the_check_rebuilds_a_serving_collection_whose_graph_would_be_built_in_place(
+    db, redis_client, qdrant_path, migrated, settings: Settings
+) -> None:  # type: ignore[no-untyped-def]
+    from datetime import UTC, datetime
+
+    import psycopg
+
+    from memharness.bench.retrieval_latency import (
+        copy_memories,
+        index_memories,
+        synthetic_memories,
+    )
+
+    # given 7,500 memories of 384-d vectors indexed, none of their graph built: optimizing
+    # the serving collection in place would hold the owner's every thread (its reads) while
+    # it builds (past the engine's threshold of 10,000 KB of one vector's data)
+    ctx = Clients(settings.model_copy(update={"embed_dim": 384}))
+    rows = synthetic_memories(7_500, datetime.now(UTC))
+    with psycopg.connect(migrated, autocommit=True) as conn, conn.transaction():
+        copy_memories(conn, rows, ctx.embedder.version)
+    alias = ctx.episodic_collection
+    ctx.vectors.ensure_collection(
+        alias, ctx.embedder.dim, collection_params(ctx.settings, EPISODIC), ctx.embedder.version
+    )
+    index_memories(ctx.vectors, alias, ctx.embedder, rows)
+    assert ctx.vectors.optimize_would_stall(alias)
+    old = ctx.vectors.resolve(alias)
+
+    # when the index check runs
+    report = check_indexes(ctx, [EPISODIC])
+
+    # then it built a new generation off the serving path and switched to it
+    assert report[EPISODIC]["rebuild"]["old"] == old
+    assert report[EPISODIC]["rebuild"]["verified_points"] == 7_500
+    assert ctx.vectors.resolve(alias) == report[EPISODIC]["rebuild"]["new"] != old
+    assert not ctx.vectors.optimize_would_stall(alias)
+    ctx.close()
