@@ -5,6 +5,7 @@ while another tenant writes and reads."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
@@ -245,7 +246,9 @@ def record_all(client: Any, items: list[dict[str, Any]]) -> list[uuid.UUID]:
     return ids
 
 
-def test_a_worker_killed_mid_forget_finishes_after_a_restart(client, workers, db, log_dir) -> None:  # type: ignore[no-untyped-def]
+def test_a_worker_killed_mid_forget_finishes_after_a_restart(
+    client, workers, db, log_dir, redis_client
+) -> None:  # type: ignore[no-untyped-def]
     # given a task of 2,000 stored memories, and the relay running (a beat and its worker),
     # with short leases so a killed claim is taken again in seconds
     from memharness.processes import start_beat
@@ -264,21 +267,25 @@ def test_a_worker_killed_mid_forget_finishes_after_a_restart(client, workers, db
         "the link pass",
         timeout_s=120,
     )
+    # and a busy result backend: 20,000 answers of other calls, each read by the erasure
+    # (they might name a forgotten memory), so the run lasts seconds, not a fraction of one
+    with redis_client.pipeline(transaction=False) as pipe:
+        for _ in range(20_000):
+            answer = {"status": "SUCCESS", "result": {"hits": [{"id": str(uuid.uuid4())}]}}
+            pipe.set(f"celery-task-meta-{uuid.uuid4()}", json.dumps(answer), ex=3600)
+        pipe.execute()
     workers("maintenance", ("maintenance",), env=env)
     beat = start_beat(env=env, log_dir=log_dir)
     try:
         # when the task is forgotten and the owner is SIGKILLed while it erases
         receipt = client.forget(tenant_id="crash", task_id="bulk", reason="test", actor="ops")
         assert receipt.memories == 2000
-        wait_for(
-            lambda: one(
-                db,
-                "SELECT status = 'running' FROM forget_requests WHERE id = %s",
-                receipt.request_id,
-            ),
-            "the erasure started",
-            timeout_s=60,
-        )
+        deadline = time.monotonic() + 60
+        while not one(
+            db, "SELECT status = 'running' FROM forget_requests WHERE id = %s", receipt.request_id
+        ):
+            assert time.monotonic() < deadline, "the erasure did not start"
+            time.sleep(0.01)
         owner.kill()
         owner.proc.wait(timeout=10)
         assert (
