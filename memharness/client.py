@@ -12,7 +12,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Generator, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -505,6 +505,13 @@ class MemoryClient(Owning):
         from workers.own.export import export_tenant
 
         return export_tenant(self._pool, tenant_id, out, progress=progress)
+
+    def export_chunks(self, tenant_id: str) -> Generator[str, None, None]:
+        """The same export as text chunks from one snapshot, for a caller that streams it
+        (closing the iterator early ends the snapshot)."""
+        from workers.own.export import export_chunks
+
+        return export_chunks(self._pool, tenant_id)
 
     def import_file(
         self, lines: Iterable[str | bytes], *, progress: ExportProgress | None = None

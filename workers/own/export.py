@@ -9,7 +9,7 @@ tenant's size, and nothing is locked for writers.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
@@ -126,10 +126,27 @@ def export_tenant(
     Returns the counts the end line carries. ``progress(done, total)`` is called after each
     batch with the lines written so far and the total the snapshot holds.
     """
+    counts = ExportCounts()
+    for chunk in export_chunks(pool, tenant_id, counts=counts, progress=progress):
+        out.write(chunk)
+    out.flush()
+    return counts
+
+
+def export_chunks(
+    pool: ConnectionPool,
+    tenant_id: str,
+    *,
+    counts: ExportCounts | None = None,
+    progress: Progress | None = None,
+) -> Generator[str, None, None]:
+    """The export as text chunks (the header line, a batch of lines at a time, the end line),
+    read from one snapshot: what ``export_tenant`` writes and the API streams. Closing the
+    iterator early ends the snapshot's transaction."""
     tenant = check_id("tenant_id", tenant_id)
     assert tenant is not None
     params = {"tenant": tenant}
-    counts = ExportCounts()
+    counts = counts if counts is not None else ExportCounts()
     with pool.connection() as conn, conn.transaction():
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
         total_row = conn.execute(COUNT_SQL, params).fetchone()
@@ -141,12 +158,10 @@ def export_tenant(
             exported_at=datetime.now(UTC),
             embedding_version=version_row[0] if version_row else None,
         )
-        out.write(dump_line(header) + "\n")
+        yield dump_line(header) + "\n"
         for kind, query, to_line in SECTIONS:
-            _export_section(conn, query, params, to_line, out, counts, kind, progress, total)
-    out.write(dump_line(EndLine(counts=counts)) + "\n")
-    out.flush()
-    return counts
+            yield from _export_section(conn, query, params, to_line, counts, kind, progress, total)
+    yield dump_line(EndLine(counts=counts)) + "\n"
 
 
 def _export_section(
@@ -154,18 +169,17 @@ def _export_section(
     query: str,
     params: dict[str, Any],
     to_line: Callable[[dict[str, Any]], ExportLine],
-    out: TextIO,
     counts: LineCounts,
     kind: str,
     progress: Progress | None,
     total: int | None,
-) -> None:
+) -> Generator[str, None, None]:
     name = f"export_{kind}_{uuid.uuid4().hex[:8]}"
     with conn.cursor(name=name, row_factory=dict_row) as cur:
         cur.itersize = EXPORT_BATCH
         cur.execute(query, params)
         while rows := cur.fetchmany(EXPORT_BATCH):
-            out.write("".join(dump_line(to_line(row)) + "\n" for row in rows))
+            yield "".join(dump_line(to_line(row)) + "\n" for row in rows)
             counts.add(kind, len(rows))
             if progress is not None:
                 progress(counts.total, total)

@@ -4,9 +4,7 @@ export. Each runs the Python client's own call, so the checks and errors are the
 
 from __future__ import annotations
 
-import queue
-import threading
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
@@ -134,44 +132,12 @@ def list_semantic(
     return json_response(page.model_dump(mode="json"))
 
 
-class _LineQueue:
-    """The text sink ``export_tenant`` writes to: each write goes onto a bounded queue the
-    response reads from, so a slow reader holds the export back instead of the server's
-    memory filling; a reader that went away stops the export at its next write."""
-
-    def __init__(self) -> None:
-        self.items: queue.Queue[str | BaseException | None] = queue.Queue(maxsize=256)
-        self.closed = threading.Event()
-        self._buffer: list[str] = []
-        self._size = 0
-
-    def write(self, text: str) -> int:
-        if self.closed.is_set():
-            raise BrokenPipeError("the export's reader went away")
-        self._buffer.append(text)
-        self._size += len(text)
-        if self._size >= 65_536:
-            self.flush()
-        return len(text)
-
-    def flush(self) -> None:
-        if self._buffer:
-            chunk, self._buffer, self._size = "".join(self._buffer), [], 0
-            self._put(chunk)
-
-    def finish(self, error: BaseException | None) -> None:
-        if not self.closed.is_set():
-            self.flush()
-            self._put(error)
-
-    def _put(self, item: str | BaseException | None) -> None:
-        while not self.closed.is_set():
-            try:
-                self.items.put(item, timeout=0.5)
-                return
-            except queue.Full:
-                continue
-        raise BrokenPipeError("the export's reader went away")
+def _encoded(chunks: Generator[str, None, None]) -> Iterator[bytes]:
+    try:
+        for chunk in chunks:
+            yield chunk.encode()
+    finally:
+        chunks.close()
 
 
 @router.get(
@@ -183,40 +149,12 @@ def export(request: Request, key: Reader) -> StreamingResponse:
     """Streams one consistent snapshot: a header line, memories with their versions, links,
     knowledge, events, checkpoints, and an end line with the counts. A stream without its
     end line was cut off: retry it. ``memharness import`` reads it back."""
-    client = runtime_of(request).client
-    sink = _LineQueue()
-
-    def run() -> None:
-        error: BaseException | None = None
-        try:
-            client.export(key.tenant_id, sink)  # type: ignore[arg-type]
-        except BrokenPipeError:
-            return
-        except BaseException as exc:
-            error = exc
-        try:
-            sink.finish(error)
-        except BrokenPipeError:
-            return
-
-    def lines() -> Iterator[bytes]:
-        worker = threading.Thread(target=run, name="memharness-export", daemon=True)
-        worker.start()
-        try:
-            while True:
-                item = sink.items.get()
-                if item is None:
-                    return
-                if isinstance(item, BaseException):
-                    # Headers are gone: cutting the stream (no end line) is the signal.
-                    raise item
-                yield item.encode()
-        finally:
-            sink.closed.set()
-
+    # A sync iterator: Starlette runs it in its thread pool and closes it (ending the
+    # snapshot's transaction) when the reader goes away.
+    chunks = runtime_of(request).client.export_chunks(key.tenant_id)
     filename = f"memharness-{key.tenant_id}.jsonl"
     return StreamingResponse(
-        lines(),
+        _encoded(chunks),
         media_type="application/x-ndjson",
         headers={"Content-Disposition": f'attachment; filename="{filename}"'},
     )
