@@ -31,15 +31,14 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import redis
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from config import Settings, get_settings
+from memharness.bench.scratch import percentile, scratch_settings, worker_env
 from memharness.client import MemoryClient
 from memharness.processes import start_worker, wait_for_worker
 from workers.db import drop_database, migrate
@@ -61,43 +60,6 @@ QUESTIONS = ["How do we store money?", "What is ATL-7 waiting on?", "What is the
 
 def _log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
-
-
-def _pct(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def _scratch(base: Settings, tmp: Path, redis_db: int | None) -> tuple[Settings, dict[str, str]]:
-    params = conninfo_to_dict(base.database_url)
-    database_url = make_conninfo(
-        base.database_url, dbname=f"{params.get('dbname', 'memharness')}_api_bench"
-    )
-    redis_url = base.redis_url
-    if redis_db is not None:
-        redis_url = base.redis_url.rsplit("/", 1)[0] + f"/{redis_db}"
-    env = {
-        "MEMHARNESS_DATABASE_URL": database_url,
-        "MEMHARNESS_REDIS_URL": redis_url,
-        "MEMHARNESS_QDRANT_URL": "",
-        "MEMHARNESS_QDRANT_PATH": str(tmp / "qdrant"),
-        "MEMHARNESS_EMBEDDER": "hashing",
-        "MEMHARNESS_LLM_PROVIDER": "offline",
-        "MEMHARNESS_API_RATE_LIMIT_PER_S": "1000000",
-        "MEMHARNESS_API_RATE_LIMIT_BURST": "1000000",
-        "MEMHARNESS_API_ACCESS_LOG": "false",
-    }
-    settings = base.model_copy(
-        update={
-            "database_url": database_url,
-            "redis_url": redis_url,
-            "qdrant_url": "",
-            "qdrant_path": tmp / "qdrant",
-            "embedder": "hashing",
-            "llm_provider": "offline",
-        }
-    )
-    return settings, env
 
 
 def _spare_port() -> int:
@@ -184,9 +146,9 @@ def measure_record(client: MemoryClient, api: Api, samples: int, warmup: int) ->
             over_http.append((ended - middle) * 1000)
     return {
         "inproc_record_p50_ms": round(statistics.median(inproc), 3),
-        "inproc_record_p99_ms": round(_pct(inproc, 0.99), 3),
+        "inproc_record_p99_ms": round(percentile(inproc, 0.99), 3),
         "http_record_p50_ms": round(statistics.median(over_http), 3),
-        "http_record_p99_ms": round(_pct(over_http, 0.99), 3),
+        "http_record_p99_ms": round(percentile(over_http, 0.99), 3),
         "http_record_to_inproc_p50": round(
             statistics.median(over_http) / statistics.median(inproc), 3
         ),
@@ -308,9 +270,9 @@ def measure_context(client: MemoryClient, api: Api, queries: int, warmup: int) -
             inproc.append((ended - middle) * 1000)
     return {
         "http_context_p50_ms": round(statistics.median(over_http), 2),
-        "http_context_p95_ms": round(_pct(over_http, 0.95), 2),
+        "http_context_p95_ms": round(percentile(over_http, 0.95), 2),
         "inproc_context_p50_ms": round(statistics.median(inproc), 2),
-        "inproc_context_p95_ms": round(_pct(inproc, 0.95), 2),
+        "inproc_context_p95_ms": round(percentile(inproc, 0.95), 2),
     }
 
 
@@ -329,7 +291,15 @@ def run(
     from memharness.server.keys import create_key
 
     tmp = Path(tempfile.mkdtemp(prefix="memharness-api-bench-"))
-    settings, env = _scratch(base, tmp, redis_db)
+    settings = scratch_settings(
+        base, db_suffix="api_bench", qdrant_path=tmp / "qdrant", redis_db=redis_db
+    )
+    env = {
+        **worker_env(settings),
+        "MEMHARNESS_API_RATE_LIMIT_PER_S": "1000000",
+        "MEMHARNESS_API_RATE_LIMIT_BURST": "1000000",
+        "MEMHARNESS_API_ACCESS_LOG": "false",
+    }
     drop_database(settings.database_url)
     migrate(settings.database_url)
     redis.Redis.from_url(settings.redis_url).flushdb()

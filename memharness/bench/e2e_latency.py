@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from config import Settings
+from memharness.bench.scratch import percentile, worker_env
 from memharness.processes import start_worker, wait_for_worker
 from pipelines.read.budget import Partition
 from pipelines.records import TaskPhase
@@ -42,11 +43,6 @@ WRITES_SETTLE_S = 2.0
 
 def _log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
-
-
-def _pct(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 @dataclass(frozen=True)
@@ -74,18 +70,6 @@ def queries_for(
             )
         )
     return out
-
-
-def worker_env(settings: Settings) -> dict[str, str]:
-    """The owner's and the writer's environment: this run's stores, offline adapters."""
-    return {
-        "MEMHARNESS_DATABASE_URL": settings.database_url,
-        "MEMHARNESS_REDIS_URL": settings.redis_url,
-        "MEMHARNESS_QDRANT_URL": "",
-        "MEMHARNESS_QDRANT_PATH": str(settings.qdrant_path),
-        "MEMHARNESS_EMBEDDER": "hashing",
-        "MEMHARNESS_LLM_PROVIDER": "offline",
-    }
 
 
 def stream_writes(
@@ -169,8 +153,8 @@ def _summary(prefix: str, latencies: Sequence[float]) -> dict[str, Any]:
     return {
         f"{prefix}_calls": len(latencies),
         f"{prefix}_p50_ms": round(statistics.median(latencies), 2),
-        f"{prefix}_p95_ms": round(_pct(latencies, 0.95), 2),
-        f"{prefix}_p99_ms": round(_pct(latencies, 0.99), 2),
+        f"{prefix}_p95_ms": round(percentile(latencies, 0.95), 2),
+        f"{prefix}_p99_ms": round(percentile(latencies, 0.99), 2),
     }
 
 

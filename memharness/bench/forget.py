@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import Any
 
 import redis
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from config import Settings
+from memharness.bench.scratch import percentile, scratch_settings, worker_env
 from memharness.client import MemoryClient
 from memharness.processes import Managed, start_worker, wait_for_worker
 from memharness.progress import progress
@@ -47,39 +47,6 @@ CONTENTS = [
     "I ran scripts/migrate_ledger.py against staging; {n} rows moved in 14 minutes.",
 ]
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
-
-
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def _scratch(
-    base: Settings, suffix: str, tmp: Path, redis_db: int
-) -> tuple[Settings, dict[str, str]]:
-    params = conninfo_to_dict(base.database_url)
-    database_url = make_conninfo(
-        base.database_url, dbname=f"{params.get('dbname', 'memharness')}_bench_{suffix}"
-    )
-    env = {
-        "MEMHARNESS_DATABASE_URL": database_url,
-        "MEMHARNESS_REDIS_URL": base.redis_url.rsplit("/", 1)[0] + f"/{redis_db}",
-        "MEMHARNESS_QDRANT_URL": "",
-        "MEMHARNESS_QDRANT_PATH": str(tmp / f"qdrant-{suffix}"),
-        "MEMHARNESS_LLM_PROVIDER": "offline",
-        "MEMHARNESS_EMBEDDER": "hashing",
-    }
-    settings = base.model_copy(
-        update={
-            "database_url": database_url,
-            "redis_url": env["MEMHARNESS_REDIS_URL"],
-            "qdrant_url": "",
-            "qdrant_path": tmp / f"qdrant-{suffix}",
-            "llm_provider": "offline",
-            "embedder": "hashing",
-        }
-    )
-    return settings, env
 
 
 def _seed(client: MemoryClient, tenant: str, n: int, sessions: int = 50) -> list[uuid.UUID]:
@@ -142,8 +109,13 @@ def run(base: Settings, *, memories: int, tenant_memories: int, samples: int) ->
 
     tmp = Path(tempfile.mkdtemp(prefix="memharness-bench-forget-"))
     log_dir = tmp / "logs"
-    source, source_env = _scratch(base, "forget", tmp, 10)
-    target, target_env = _scratch(base, "import", tmp, 11)
+    source = scratch_settings(
+        base, db_suffix="bench_forget", qdrant_path=tmp / "qdrant-forget", redis_db=10
+    )
+    target = scratch_settings(
+        base, db_suffix="bench_import", qdrant_path=tmp / "qdrant-import", redis_db=11
+    )
+    source_env, target_env = worker_env(source), worker_env(target)
     for settings in (source, target):
         drop_database(settings.database_url)
         migrate(settings.database_url)
@@ -174,7 +146,7 @@ def run(base: Settings, *, memories: int, tenant_memories: int, samples: int) ->
                 result |= {
                     "forget_one_samples": samples,
                     "forget_one_p50_ms": round(statistics.median(one_ms), 1),
-                    "forget_one_p95_ms": round(_pct(one_ms, 0.95), 1),
+                    "forget_one_p95_ms": round(percentile(one_ms, 0.95), 1),
                 }
 
                 bar.note("export")

@@ -44,9 +44,9 @@ from typing import Any
 
 import psycopg
 import redis
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from config import Settings, get_settings
+from memharness.bench.scratch import percentile, scratch_settings
 from pipelines.index.context_vector import context_text
 from pipelines.index.vectors import Embedder, VectorIndex, VectorPoint
 from pipelines.records import TaskPhase
@@ -120,11 +120,6 @@ def _log(message: str) -> None:
 
 def _key(n: int) -> str:
     return f"{n // 1000}k" if n % 1000 == 0 else str(n)
-
-
-def _pct(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def synthetic_memories(n: int, now: datetime, seed: int = SEED) -> list[dict[str, Any]]:
@@ -223,24 +218,10 @@ def index_memories(
 
 
 def _scratch(base: Settings, tmp: Path, redis_db: int | None = REDIS_DB) -> Settings:
-    params = conninfo_to_dict(base.database_url)
     # The process id keeps two runs on one machine (engineers sharing it) off each other's
     # scratch database: each drops its own at start and end.
-    database_url = make_conninfo(
-        base.database_url, dbname=f"{params.get('dbname', 'memharness')}_latency_{os.getpid()}"
-    )
-    redis_url = base.redis_url
-    if redis_db is not None:
-        redis_url = base.redis_url.rsplit("/", 1)[0] + f"/{redis_db}"
-    return base.model_copy(
-        update={
-            "database_url": database_url,
-            "redis_url": redis_url,
-            "qdrant_url": "",
-            "qdrant_path": tmp / "qdrant",
-            "embedder": "hashing",
-            "llm_provider": "offline",
-        }
+    return scratch_settings(
+        base, db_suffix=f"latency_{os.getpid()}", qdrant_path=tmp / "qdrant", redis_db=redis_db
     )
 
 
@@ -349,10 +330,10 @@ def measure(
             {
                 "queries": queries,
                 "p50_ms": round(statistics.median(latencies), 2),
-                "p95_ms": round(_pct(latencies, 0.95), 2),
-                "p99_ms": round(_pct(latencies, 0.99), 2),
+                "p95_ms": round(percentile(latencies, 0.95), 2),
+                "p99_ms": round(percentile(latencies, 0.99), 2),
                 "dense_search_p50_ms": round(statistics.median(dense), 2),
-                "dense_search_p95_ms": round(_pct(dense, 0.95), 2),
+                "dense_search_p95_ms": round(percentile(dense, 0.95), 2),
                 "mean_candidates": round(retrieved / queries, 1),
                 "metrics_off_p50_ms": round(statistics.median(metrics_off), 2),
                 "metrics_overhead_context_p50": round(

@@ -32,10 +32,10 @@ from typing import Any
 
 import psycopg
 import redis
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.types.json import Jsonb
 
 from config import Settings
+from memharness.bench.scratch import percentile, scratch_settings, worker_env
 from memharness.client import MemoryClient
 from memharness.processes import Managed, start_worker, wait_for_worker
 from workers.app import get_app
@@ -63,37 +63,6 @@ CONTENTS = [
 
 def _log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
-
-
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def _scratch_settings(base: Settings, tmp: Path) -> tuple[Settings, dict[str, str]]:
-    params = conninfo_to_dict(base.database_url)
-    dbname = f"{params.get('dbname', 'memharness')}_bench"
-    database_url = make_conninfo(base.database_url, dbname=dbname)
-    redis_url = base.redis_url.rsplit("/", 1)[0] + "/14"
-    env = {
-        "MEMHARNESS_DATABASE_URL": database_url,
-        "MEMHARNESS_REDIS_URL": redis_url,
-        "MEMHARNESS_QDRANT_URL": "",
-        "MEMHARNESS_QDRANT_PATH": str(tmp / "qdrant"),
-        "MEMHARNESS_EMBEDDER": "hashing",
-        "MEMHARNESS_LLM_PROVIDER": "offline",
-    }
-    settings = base.model_copy(
-        update={
-            "database_url": database_url,
-            "redis_url": redis_url,
-            "qdrant_url": "",
-            "qdrant_path": tmp / "qdrant",
-            "embedder": "hashing",
-            "llm_provider": "offline",
-        }
-    )
-    return settings, env
 
 
 def _measure_latency(
@@ -235,7 +204,8 @@ def run(
     latency_samples: int = 2000,
 ) -> int:  # fmt: skip
     tmp = Path(tempfile.mkdtemp(prefix="memharness-bench-"))
-    settings, env = _scratch_settings(base, tmp)
+    settings = scratch_settings(base, db_suffix="bench", qdrant_path=tmp / "qdrant", redis_db=14)
+    env = worker_env(settings)
     log_dir = tmp / "logs"
     drop_database(settings.database_url)
     migrate(settings.database_url)
@@ -252,9 +222,9 @@ def run(
             floor_ms, record_ms, record_off_ms = _measure_latency(settings, client, latency_samples)
         result |= {
             "record_p50_ms": round(statistics.median(record_ms), 3),
-            "record_p99_ms": round(_pct(record_ms, 0.99), 3),
+            "record_p99_ms": round(percentile(record_ms, 0.99), 3),
             "floor_p50_ms": round(statistics.median(floor_ms), 3),
-            "floor_p99_ms": round(_pct(floor_ms, 0.99), 3),
+            "floor_p99_ms": round(percentile(floor_ms, 0.99), 3),
         }
         result["record_to_floor_p50"] = round(result["record_p50_ms"] / result["floor_p50_ms"], 3)
         result["record_metrics_off_p50_ms"] = round(statistics.median(record_off_ms), 3)
