@@ -1,13 +1,26 @@
 """Compression quality: is what the originals said still recoverable from the summary?
 
-After a compression, up to five factual statements are sampled from the originals and each
-is checked against the summary (**fact recall**), and every decision's rationale is checked
-(**decision fidelity**). Below 85 % fact recall, or when a rationale was lost (the protocol
+After a compression, the factual statements of the originals are checked against the
+summary (**fact recall**), and every decision's rationale is checked (**decision
+fidelity**). Below 85 % fact recall, or when a rationale was lost (the protocol
 promises rationales verbatim, so losing one is a failure too), the summary is rolled back:
 it is retired, its parents are untouched, and each parent's failure count goes up. After
 three failures a memory is marked compression-resistant and gets annotate-only compression
 (``compress_group(..., annotate_only=True)``). Figures are kept per run
 (:class:`QualityRunStats`).
+
+How many facts, and what error
+------------------------------
+Every statement is checked when the originals hold at most ``FACT_SAMPLE_SIZE`` (400) of
+them, which covers every L1 and L2 group (an L1 group is at most 2,000 raw words, some 150
+statements): the recall is then exact, and the verdict is the rule's, with no sampling
+error. A larger group (a task summary of a long task) is sampled: 400 statements drawn
+without replacement by a hash of the summary id, so the standard error of the recall is at
+most ``sqrt(p(1-p)/400)``, 0.018 at p = 0.85, and the 95 % interval is within ±0.035 of the
+true share. The five statements sampled before gave a verdict that one miss flipped (4 of
+5 is 0.80 < 0.85): a summary that kept 95 % of its facts was rolled back a quarter of the
+time (1 - 0.95^5 = 0.23). With n statements one miss moves the recall by 1/n, 0.007 at
+n = 150.
 
 What "recoverable" means here
 -----------------------------
@@ -71,7 +84,9 @@ from pipelines.text.words import (
     words,
 )
 
-FACT_SAMPLE_SIZE = 5
+# Statements checked per summary: all of them up to this many (the recall is exact), else a
+# sample this large (95 % interval within ±0.035 at p = 0.85; module docstring).
+FACT_SAMPLE_SIZE = 400
 MIN_FACT_RECALL = 0.85
 MIN_DECISION_FIDELITY = 1.0
 MAX_FAILURES = 3
