@@ -86,6 +86,13 @@ _SECOND_PERSON = {"you": "", "your": "'s", "yours": "'s", "yourself": ""}
 _THIRD_PERSON = {"he": "", "she": "", "him": "", "her": "", "his": "'s", "hers": "'s"}
 
 
+# The version of the offline rules. Every compressor falls back on them, so it is part of
+# every compressor's identity (``pipelines.cognition.compress.compressor_id``): raise it when
+# a change of the rules changes what a summary keeps, and rows marked compression-resistant
+# under the old rules are tried again.
+OFFLINE_RULES_VERSION = 2
+
+
 class OfflineCompressor:
     """The protocol by rules: deterministic, no network; also the fallback of the LLM."""
 

@@ -58,7 +58,8 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from pipelines.cognition.compress import SummaryDraft, compress_group
+from pipelines.cognition.compress import SummaryDraft, compress_group, compressor_id
+from pipelines.cognition.health import CompressionHealth, plan_compression
 from pipelines.cognition.kinds import classify_segment, strip_reactions
 from pipelines.cognition.levels import DEFAULT_LEVELS, LevelPolicy
 from pipelines.cognition.protocol import (
@@ -378,16 +379,6 @@ def check_compression(
     )
 
 
-class CompressionHealth(BaseModel):
-    """A memory's compression history: failures so far and whether it resists compression."""
-
-    model_config = ConfigDict(frozen=True)
-
-    memory_id: uuid.UUID
-    failures: int = Field(0, ge=0)
-    resistant: bool = False
-
-
 class RollbackRecord(BaseModel):
     """What the worker applies and logs when a summary fails its check."""
 
@@ -420,7 +411,13 @@ def apply_quality(
     now: datetime,
     policy: QualityPolicy = DEFAULT_QUALITY,
 ) -> QualityOutcome:
-    """Keep the summary, or roll it back and count a failure against each parent."""
+    """Keep the summary, or roll it back and count a failure against each parent.
+
+    A parent becomes resistant after ``max_failures`` failures, marked with the compressor
+    that failed (``draft.compressor``); a parent resistant to another compressor that fails
+    again under this one is marked anew, for this one.
+    """
+    compressor = draft.compressor
     if report.summary_id != draft.id:
         raise ValueError("the report is about another summary")
     if report.verdict is QualityVerdict.KEEP:
@@ -434,9 +431,16 @@ def apply_quality(
         before = health.get(parent, CompressionHealth(memory_id=parent))
         failures = before.failures + 1
         resistant = before.resistant or failures >= policy.max_failures
-        if resistant and not before.resistant:
+        if resistant and not before.resists(compressor):
             newly.append(parent)
-        updated.append(CompressionHealth(memory_id=parent, failures=failures, resistant=resistant))
+        updated.append(
+            CompressionHealth(
+                memory_id=parent,
+                failures=failures,
+                resistant=resistant,
+                resistant_to=compressor if resistant else None,
+            )
+        )
     return QualityOutcome(
         verdict=report.verdict,
         rollback=RollbackRecord(
@@ -453,15 +457,6 @@ def apply_quality(
         health=tuple(updated),
         newly_resistant=tuple(newly),
     )
-
-
-def split_resistant(
-    group: Sequence[SourceMemory], health: Mapping[uuid.UUID, CompressionHealth]
-) -> tuple[list[SourceMemory], list[SourceMemory]]:
-    """(normal, resistant): the resistant rows get their own annotate-only summary."""
-    normal = [s for s in group if not health.get(s.id, CompressionHealth(memory_id=s.id)).resistant]
-    resistant = [s for s in group if health.get(s.id, CompressionHealth(memory_id=s.id)).resistant]
-    return normal, resistant
 
 
 class QualityRunStats(BaseModel):
@@ -520,17 +515,22 @@ def attempt_compression(
 
     The version is one more than the parents' worst failure count, and each version halves
     the target ratio (:meth:`LevelPolicy.ratio`), so a retry is gentler. A group holding a
-    compression-resistant memory is compressed annotate-only; that summary is kept whatever
-    its check says (there is nothing gentler left), and its report is still recorded.
+    memory resistant to this compressor is compressed annotate-only
+    (:func:`plan_compression`); that summary is kept whatever its check says (there is
+    nothing gentler left), and its report is still recorded.
     """
-    records = [health.get(s.id, CompressionHealth(memory_id=s.id)) for s in sources]
-    failures = max((r.failures for r in records), default=0)
-    resistant = any(r.resistant for r in records)
+    plan = plan_compression(sources, health, compressor_id(llm))
     result = compress_group(
-        sources, level, llm, version=failures + 1, annotate_only=resistant, policy=levels
+        sources,
+        level,
+        llm,
+        version=plan.version,
+        annotate_only=plan.annotate_only,
+        policy=levels,
+        attempt=plan.attempt,
     )
     report = check_compression(sources, result.draft, policy)
-    if resistant and report.verdict is QualityVerdict.ROLLBACK:
+    if plan.annotate_only and report.verdict is QualityVerdict.ROLLBACK:
         report = report.model_copy(
             update={
                 "verdict": QualityVerdict.KEEP,

@@ -5,7 +5,8 @@ from datetime import UTC, date, datetime, timedelta
 
 import pytest
 
-from pipelines.cognition.compress import SummaryDraft, compress_group
+from pipelines.cognition.compress import SummaryDraft, compress_group, compressor_id
+from pipelines.cognition.health import CompressionHealth, plan_compression, split_resistant
 from pipelines.cognition.levels import LevelPolicy
 from pipelines.cognition.offline_compress import OFFLINE
 from pipelines.cognition.protocol import (
@@ -17,7 +18,6 @@ from pipelines.cognition.protocol import (
     SummaryOutput,
 )
 from pipelines.cognition.quality import (
-    CompressionHealth,
     DatedText,
     QualityVerdict,
     TextIndex,
@@ -27,7 +27,6 @@ from pipelines.cognition.quality import (
     check_compression,
     factual_statements,
     sample_statements,
-    split_resistant,
     summarise_run,
 )
 from pipelines.records import Level
@@ -186,8 +185,48 @@ def test_rollback_counts_failures_and_marks_resistance() -> None:
         assert all(h.failures == expected for h in outcome.health)
     assert all(h.resistant for h in health.values())
     assert set(outcome.newly_resistant) == {r.id for r in rows}
-    normal, resistant = split_resistant([*rows, ROWS[5]], health)
+    # the mark holds for the compressor that failed ("" for a draft that names none)
+    assert all(h.resistant_to == "" for h in health.values())
+    normal, resistant = split_resistant([*rows, ROWS[5]], health, "")
     assert normal == [ROWS[5]] and resistant == rows
+
+
+def test_a_resistant_row_is_tried_again_when_the_compressor_changes() -> None:
+    # given rows whose summaries by one compressor failed three times
+    health: dict[uuid.UUID, CompressionHealth] = {}
+    lossy = LossyCompressor()
+    for _ in range(3):
+        attempt = attempt_compression(ROWS, Level.L1, health, T0, lossy)
+        health = {h.memory_id: h for h in attempt.outcome.health}
+    assert all(h.resists(compressor_id(lossy)) for h in health.values())
+    assert attempt_compression(ROWS, Level.L1, health, T0, lossy).draft.annotate_only
+
+    # when another compressor (here the offline rules) meets them
+    plan = plan_compression(ROWS, health, compressor_id(None))
+    assert not plan.annotate_only
+    split = split_resistant(ROWS, health, compressor_id(None))
+    assert split == (ROWS, [])
+    attempt = attempt_compression(ROWS, Level.L1, health, T0)
+
+    # then it compresses them normally, at the full ratio, as the next version
+    assert plan.version == 4 and plan.attempt == 1
+    assert attempt.draft.version == 4 and not attempt.draft.annotate_only
+    assert attempt.draft.compressor == compressor_id(None)
+    assert attempt.outcome.verdict is QualityVerdict.KEEP
+
+
+def test_a_new_compressor_that_fails_too_marks_the_row_for_itself() -> None:
+    # given rows marked resistant by an older compressor
+    marked = {
+        r.id: CompressionHealth(memory_id=r.id, failures=3, resistant=True, resistant_to="old")
+        for r in ROWS
+    }
+    # when the lossy compressor fails on them once
+    attempt = attempt_compression(ROWS, Level.L1, marked, T0, LossyCompressor())
+    # then they are resistant to it now, and annotate-only next time
+    assert attempt.outcome.verdict is QualityVerdict.ROLLBACK
+    assert all(h.resistant_to == compressor_id(LossyCompressor()) for h in attempt.outcome.health)
+    assert set(attempt.outcome.newly_resistant) == {r.id for r in ROWS}
 
 
 def test_a_report_about_another_summary_is_refused() -> None:

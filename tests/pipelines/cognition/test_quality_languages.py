@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from pipelines.cognition.compress import SummaryDraft, compress_group, plan_groups
+from pipelines.cognition.health import CompressionHealth
 from pipelines.cognition.levels import LevelPolicy
 from pipelines.cognition.protocol import SourceMemory
 from pipelines.cognition.quality import (
-    CompressionHealth,
     DatedText,
     QualityVerdict,
     TextIndex,
