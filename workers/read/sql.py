@@ -105,7 +105,7 @@ VERSIONS_SQL = """
 """
 
 
-# The live memories each fetched one is in an open conflict with (migration 0010), both
+# The live memories each fetched one is in an open conflict with (migration 0011), both
 # directions; probes memory_conflicts' primary key (older_id, ...) and its newer_id index.
 CONFLICTS_SQL = """
     SELECT c.origin::text AS origin, o.id::text AS id, o.content, o.ts

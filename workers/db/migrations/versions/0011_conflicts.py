@@ -7,8 +7,8 @@ undid an automatic supersession of the pair: both hold, nothing to show), ``reso
 side was corrected or forgotten since). The event log gains ``conflict``, ``restored`` and
 ``supersession_undone``.
 
-Revision ID: 0010
-Revises: 0009
+Revision ID: 0011
+Revises: 0010
 Create Date: 2026-12-06
 """
 
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from alembic import op
 
-revision = "0010"
-down_revision = "0009"
+revision = "0011"
+down_revision = "0010"
 branch_labels = None
 depends_on = None
 
