@@ -49,7 +49,8 @@ SMALL_TALK_PIECES: frozenset[str] = compact_pieces(ACK_PIECES) | words(
     最近怎么样 最近好吗 你好吗 好久不见 周末愉快 节日快乐 新年快乐 生日快乐 恭喜 恭喜恭喜
     太棒了 好棒 真棒 厉害 好厉害 太厉害了 牛 牛啊 真好 真不错 挺好 挺好的 还行 看着还行 不错
     不错不错 你也是 你也一样 彼此彼此 下班啦 下班了 不好意思 抱歉 回复晚了 久等了 没关系
-    呃 额 唔 嗯哼 啊 啊这 这个 那个 这个嘛 那个嘛 了 真的 真的吗 是吗 是嘛
+    呃 额 唔 嗯哼 啊 啊这 这个 那个 这个嘛 那个嘛 了 吧 真的 真的吗 是吗 是嘛 真的假的 有道理
+    这样啊 这样 原来如此 原来是这样 哦哦 噢噢
     666 6666 hi hello hey bye byebye seeyou talklater talktomorrow seeyoutomorrow goodnight"""
 )
 
@@ -64,7 +65,7 @@ def is_small_talk(content: str) -> bool:
 # ``pipelines.text.words``: laughter, stalling, greeting and parting, address.
 _CHATTER_WORDS: frozenset[str] = words(
     """lol lmao lmfao rofl haha hahaha hehe heh xd omg omfg ugh meh eh oops whoops yikes
-    much lot bunch ton brb idk dunno hmm hmmm umm uhh uh huh mhm ah ahh oh ohh aww wow whoa
+    ikr way much lot bunch ton brb idk dunno hmm hmmm umm uhh uh huh mhm ah ahh oh ohh aww wow whoa
     hey hi hello hiya howdy yo bye goodbye cya ttyl gn gm thanks thank thx ty tysm np congrats
     congratulations cheers welcome sorry pardon excuse mate buddy dude guys folks everyone
     everybody dear
