@@ -5,15 +5,16 @@ when tier 2's confidence falls inside the uncertain band. ``WriteLLM`` is what t
 the LLM port. A malformed answer is asked again once, then the offline rules decide; a
 transient error propagates, and the outbox retries the job with backoff.
 
-The offline rules read both languages alike: words are counted by ``word_count`` (a run of
-Han characters counts its characters / 1.5), cues and identifiers come from
-``pipelines.text``, and Chinese small talk, which runs its pieces together ("辛苦了，明天再聊"),
-is recognised piece by piece.
+The offline rules keep every statement of fact, however short ("I'm allergic to peanuts.",
+"我住在北京。"): what they drop is only what ``pipelines.write.facts.carries_fact`` calls chatter
+(acknowledgements, small talk, reactions, laughter, stalling, noise). Length no longer decides
+keeping; it only nudges importance. Both languages are read alike: words are counted by
+``word_count`` (a run of Han characters counts its characters / 1.5), cues and identifiers
+come from ``pipelines.text``.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
@@ -24,8 +25,9 @@ from pipelines.records import MemoryType
 from pipelines.text.cues import guess_type, names_commitment
 from pipelines.text.identifiers import count_identifiers
 from pipelines.text.sentences import split_speaker
-from pipelines.text.words import has_han, word_count, words
-from pipelines.write.filter import ACK_PIECES, compact_pieces, made_of, normalise_for_ack
+from pipelines.text.words import has_han, word_count
+from pipelines.write.facts import carries_fact
+from pipelines.write.facts import is_small_talk as is_small_talk  # its public home, as before
 
 
 class WriteJudgement(BaseModel):
@@ -63,29 +65,6 @@ UNCERTAIN_LOW = 0.3
 UNCERTAIN_HIGH = 0.7
 
 
-_CHATTER_RE = re.compile(
-    r"^(?:hi|hello|hey|good (?:morning|afternoon|evening)|how are you|lol|haha|bye|"
-    r"see you|talk later|brb|one sec|just a moment|let me think|interesting|wow)\b",
-    re.I,
-)
-
-# Chinese small talk runs its greetings, thanks and goodbyes together ("辛苦了，明天再聊"):
-# a line (its speaker aside) made only of these and acknowledgements says nothing to recall.
-# The English phrases are pieces too, for the mixed lines ("辛苦了，talk tomorrow").
-_SMALL_TALK_PIECES: frozenset[str] = compact_pieces(ACK_PIECES) | words(
-    """你好 您好 大家好 早 早上好 早安 上午好 下午好 晚上好 晚安 再见 拜拜 回头聊 明天再聊
-    改天再聊 下次再聊 回聊 稍等 等一下 等等 让我想想 我想想 我看看 我看一下 我跟进一下 我跟进
-    我来跟进 跟进一下 有意思 哇 哈哈哈 加油 辛苦辛苦 hi hello hey bye byebye seeyou
-    talklater talktomorrow seeyoutomorrow goodnight"""
-)
-
-
-def is_small_talk(content: str) -> bool:
-    """Chinese (or mixed) small talk: the line after its speaker is only small-talk pieces."""
-    _, body = split_speaker(content)
-    return made_of(normalise_for_ack(body), _SMALL_TALK_PIECES)
-
-
 def _count_identifiers(content: str) -> int:
     """Identifiers the memory carries. A Chinese speaker (王经理：) reads as a person's name
     while an English one (Dana:) is never counted: only the line after a Chinese speaker is
@@ -108,9 +87,19 @@ _TYPE_WEIGHT: dict[MemoryType, float] = {
 # depends on: it never scores below a plain decision's base, however short it is.
 COMMITMENT_FLOOR = _TYPE_WEIGHT[MemoryType.DECISION]
 
+# A memory that states a fact (a person's fact, a plan, an event, a setting, a choice) is never
+# rated below the decay sweep's eviction line: ``DecayPolicy.evict_below_importance``'s
+# default, 0.5, below which a faded memory is deleted instead of compressed. An observation's
+# base (0.4) and a short text's malus (-0.1) put most short personal facts at 0.3 to 0.45.
+FACT_IMPORTANCE_FLOOR = 0.5
+# Chatter that was kept anyway (a caller's type, a model's verdict) stays well under that line.
+CHATTER_IMPORTANCE_CAP = 0.2
+
 
 def estimate_importance(content: str, memory_type: MemoryType) -> float:
-    """Type sets the base; identifiers and length add a little; capped to [0.05, 1]."""
+    """Type sets the base; identifiers and length add a little; a commitment lifts a decision
+    to ``COMMITMENT_FLOOR``; a statement of fact scores at least ``FACT_IMPORTANCE_FLOOR`` and
+    chatter at most ``CHATTER_IMPORTANCE_CAP``; capped to [0.05, 1]."""
     base = _TYPE_WEIGHT[memory_type]
     ids = min(_count_identifiers(content), 5) * 0.02
     n_words = word_count(content)
@@ -118,27 +107,29 @@ def estimate_importance(content: str, memory_type: MemoryType) -> float:
     importance = base + ids + length
     if memory_type is MemoryType.DECISION and names_commitment(content):
         importance = max(importance, COMMITMENT_FLOOR)
+    if carries_fact(content):
+        importance = max(importance, FACT_IMPORTANCE_FLOOR)
+    else:
+        importance = min(importance, CHATTER_IMPORTANCE_CAP)
     return round(max(0.05, min(1.0, importance)), 3)
 
 
 def offline_judge(content: str, type_hint: MemoryType | None) -> WriteJudgement:
-    """Tier 2 by rules: cues of decisions, preferences and states keep; small talk goes."""
+    """Tier 2 by rules: a caller's type keeps; chatter (no fact, whatever cue words it holds)
+    goes; cues of decisions, preferences and states keep; identifiers or detail keep; any
+    other statement is kept as a plain observation, unsure enough for tier 3 to look again."""
     guessed, cue_hits = guess_type(content)
     memory_type = type_hint or guessed
     n_words = word_count(content)
     identifiers = _count_identifiers(content)
     if type_hint is not None and type_hint is not MemoryType.OBSERVATION:
         confidence, keep, why = 0.9, True, f"caller marked it {type_hint.value}"
+    elif not carries_fact(content):
+        confidence, keep, why = 0.8, False, "small talk without content"
     elif cue_hits >= 2 or (cue_hits == 1 and (identifiers or n_words >= 8)):
         confidence, keep, why = 0.85, True, f"{guessed.value} cues"
-    elif (
-        _CHATTER_RE.match(content.strip()) and identifiers == 0 and n_words <= 8
-    ) or is_small_talk(content):
-        confidence, keep, why = 0.8, False, "small talk without content"
     elif identifiers >= 2 or n_words >= 15:
         confidence, keep, why = 0.75, True, "carries identifiers or detail"
-    elif n_words <= 3 and identifiers == 0:
-        confidence, keep, why = 0.5, False, "very short, no identifiers"
     else:
         confidence, keep, why = 0.55, True, "plain observation"
     return WriteJudgement(
@@ -153,14 +144,15 @@ def offline_judge(content: str, type_hint: MemoryType | None) -> WriteJudgement:
 def offline_deep_judge(
     content: str, type_hint: MemoryType | None, first: WriteJudgement
 ) -> WriteJudgement:
-    """Tier 3 by rules: a memory that names a thing or states a fact is kept."""
+    """Tier 3 by rules: a memory that names a thing, states a fact or was typed as more than
+    an observation is kept; only one that carries no fact goes, however long it is."""
     identifiers = _count_identifiers(content)
-    has_verb_object = word_count(content) >= 5
-    keep = identifiers > 0 or has_verb_object or first.type is not MemoryType.OBSERVATION
+    states_fact = carries_fact(content)
+    keep = identifiers > 0 or states_fact or first.type is not MemoryType.OBSERVATION
     why = (
         "names identifiers"
         if identifiers
-        else ("states something in full" if has_verb_object else "too thin to recall")
+        else ("states something" if states_fact else "carries no fact")
     )
     return WriteJudgement(
         keep=keep,
@@ -219,7 +211,8 @@ def _ask(
 
 
 def decide_write(content: str, type_hint: MemoryType | None, llm: WriteLLM) -> WriteOutcome:
-    """Tier 2, and tier 3 when tier 2 is unsure. Raises TransientLLMError to be retried."""
+    """Tier 2, and tier 3 when tier 2 is unsure; a kept statement of fact is given at least
+    ``FACT_IMPORTANCE_FLOOR``. Raises TransientLLMError to be retried."""
     first, source = _ask(
         lambda: llm.judge_write(content, type_hint),
         lambda: offline_judge(content, type_hint),
@@ -255,10 +248,15 @@ def decide_write(content: str, type_hint: MemoryType | None, llm: WriteLLM) -> W
             )
         )
     memory_type = type_hint or final.type
+    importance = final.importance
+    if final.keep and carries_fact(content):
+        # Whoever judged it (a model rates by its own scale), a kept fact stays above the
+        # decay sweep's eviction line; the verdicts keep the judge's own figure.
+        importance = max(importance, FACT_IMPORTANCE_FLOOR)
     return WriteOutcome(
         keep=final.keep,
         type=memory_type,
-        importance=final.importance,
+        importance=importance,
         reason=final.reason,
         verdicts=tuple(verdicts),
     )

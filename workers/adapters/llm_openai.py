@@ -42,12 +42,15 @@ Given one interaction, answer with a JSON object and nothing else:
 {{"keep": true|false, "type": one of [{_TYPES}], "confidence": 0..1,
   "importance": 0..1, "reason": "one short sentence"}}
 Keep decisions with their reasons, constraints, preferences, status changes, errors with
-causes and anything naming files, people, numbers or settings. Drop small talk and
-acknowledgements. confidence is how sure you are about keep."""
+causes and anything naming files, people, numbers or settings. Keep every statement of fact,
+however short: a person's fact ("I'm allergic to peanuts."), a setting, a choice, a plan, an
+event, a number. Drop only small talk, acknowledgements and noise (greetings, thanks, "lol",
+emoji, "hmm let me think"). confidence is how sure you are about keep."""
 
 DEEP_PROMPT = f"""You are the careful second reviewer of an agent's memory writes. A fast
 reviewer was unsure about the interaction below. Think about whether a future step of the
-task could need it. Answer with a JSON object and nothing else:
+task could need it; a statement of fact, however short, is kept, and only chatter (greetings,
+thanks, acknowledgements, noise) is dropped. Answer with a JSON object and nothing else:
 {{"keep": true|false, "type": one of [{_TYPES}], "confidence": 0..1,
   "importance": 0..1, "reason": "one short sentence"}}"""
 

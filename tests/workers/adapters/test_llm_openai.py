@@ -104,11 +104,11 @@ def test_judge_write_returns_the_models_judgement(llm: LLM, stub: OpenAIStub) ->
 
 
 def test_judge_write_sends_the_agents_type_hint(llm: LLM) -> None:
-    # given content the rules alone would call a short observation and drop
-    assert offline_judge("tabs, not spaces", None).keep is False
+    # given content the rules alone would call chatter and drop
+    assert offline_judge("looks fine to me", None).keep is False
 
     # when the agent labelled it a preference
-    judgement = llm.judge_write("tabs, not spaces", MemoryType.PREFERENCE)
+    judgement = llm.judge_write("looks fine to me", MemoryType.PREFERENCE)
 
     # then the model saw the label (the stub decides with it) and kept it
     assert judgement.keep is True
@@ -125,7 +125,7 @@ def test_deep_judge_write_uses_the_deep_model_and_sees_the_first_verdict(
 
     assert second.keep is True
     assert second.type is first.type
-    assert second.reason == "stub model: offline deep rules: states something in full"
+    assert second.reason == "stub model: offline deep rules: states something"
     kinds = [(r["kind"], r["model"]) for r in stub.stats()["requests"]]
     assert kinds == [("judge", "fast-model"), ("deep", "deep-model")]
 
