@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from config import Settings
     from pipelines.own.history import MemoryHistory, TraceItem
     from pipelines.read.assemble import AssembledContext
-    from workers.own.correct import CorrectionReceipt
+    from workers.own.correct import CorrectionReceipt, UndoReceipt
     from workers.own.forget import ForgetReceipt
 
 log = logging.getLogger(__name__)
@@ -85,6 +85,36 @@ class Owning:
             )
         if receipt.status != "replay":
             self._after_ownership(drain=True)
+        return receipt
+
+    def undo_correction(
+        self,
+        memory_id: uuid.UUID | str,
+        *,
+        tenant_id: str,
+        reason: str,
+        actor: str = "client",
+    ) -> UndoReceipt:
+        """Undo an automatic supersession: the memory the background marked corrected is
+        recalled again beside the one that superseded it, and the pair is not proposed again.
+        ``memory_id`` is the superseded memory (its :meth:`history` names the supersession).
+        A person's correction is not undone this way (correct the current version instead).
+        Raises :class:`InvalidInput`, :class:`NotFound` or :class:`Conflict`."""
+        from workers.own.correct import undo_supersession
+
+        check_id("tenant_id", tenant_id)
+        with self._pool.connection() as conn:
+            receipt = undo_supersession(
+                conn, memory_id, tenant_id=tenant_id, reason=reason, actor=actor
+            )
+        if receipt.status != "replay":
+            from workers.metrics import count_automatic_corrections
+
+            count_automatic_corrections("undone")
+            try:
+                publish(TaskName.DRAIN_EMBEDDINGS, app=self._app)
+            except Exception as exc:
+                log.warning("publish after commit failed (%s); the relay will retry", exc)
         return receipt
 
     def forget(

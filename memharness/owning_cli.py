@@ -1,4 +1,5 @@
-"""``memharness correct | forget | history``: the owner's operations from a shell."""
+"""``memharness correct | undo-correction | forget | history``: the owner's operations from a
+shell."""
 
 from __future__ import annotations
 
@@ -17,6 +18,20 @@ def _cmd_correct(args: argparse.Namespace) -> int:
         )  # fmt: skip
     print(receipt.model_dump_json() if args.json else f"{receipt.supersedes} -> {receipt.memory_id}"
           f" (version {receipt.version})")  # fmt: skip
+    return 0
+
+
+def _cmd_undo(args: argparse.Namespace) -> int:
+    from memharness.client import MemoryClient
+
+    with MemoryClient(get_settings()) as client:
+        receipt = client.undo_correction(
+            args.memory_id, tenant_id=args.tenant, reason=args.reason, actor=args.actor
+        )
+    if args.json:
+        print(receipt.model_dump_json())
+    else:
+        print(f"{receipt.restored_id} {receipt.status}, kept beside {receipt.kept_id}")
     return 0
 
 
@@ -72,6 +87,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--actor", default="cli")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_correct)
+
+    p = sub.add_parser(
+        "undo-correction", help="recall again a memory an automatic correction superseded"
+    )
+    p.add_argument("memory_id", help="the superseded memory")
+    p.add_argument("--tenant", required=True)
+    p.add_argument("--reason", required=True)
+    p.add_argument("--actor", default="cli")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_undo)
 
     p = sub.add_parser("forget", help="erase a memory, a task, a session or a whole tenant")
     p.add_argument("--tenant", required=True)

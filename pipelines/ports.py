@@ -21,6 +21,7 @@ from pipelines.cognition.knowledge import KnowledgeExtractor
 from pipelines.cognition.link import CausalProposer
 from pipelines.cognition.protocol import CompressionLLM
 from pipelines.index.vectors import Embedder, VectorIndex
+from pipelines.own.contradict import CorrectionLLM
 from pipelines.read.focus import FocusLLM
 from pipelines.read.rerank import RerankLLM
 from pipelines.read.rewrite import RewriteLLM
@@ -43,6 +44,7 @@ class LLM(
     CompressionLLM,
     KnowledgeExtractor,
     CausalProposer,
+    CorrectionLLM,
     Protocol,
 ):
     """The cognitive engine: every call a pipeline makes of a model. ``name`` says which

@@ -133,6 +133,13 @@ class Metrics:
             "Summaries the quality sweep rolled back.",
             registry=None,
         )
+        self.automatic_corrections: Counter = Counter(
+            "memharness_automatic_corrections",
+            "Automatic corrections by outcome: superseded (the older memory hidden), conflict "
+            "(both kept and shown side by side), undone (a supersession reverted).",
+            ["outcome"],
+            registry=None,
+        )
         self.task_seconds: Histogram = Histogram(
             "memharness_task_seconds",
             "Task run time by task name.",
@@ -294,6 +301,16 @@ def count_rollbacks(n: int) -> None:
     m = _metrics or _build()
     if m.enabled and n:
         m.compression_rollbacks.inc(n)
+
+
+CORRECTION_OUTCOMES = ("superseded", "conflict", "undone")
+
+
+def count_automatic_corrections(outcome: str, n: int = 1) -> None:
+    """Automatic corrections: ``outcome`` is one of :data:`CORRECTION_OUTCOMES`."""
+    m = _metrics or _build()
+    if m.enabled and n:
+        m.automatic_corrections.labels(outcome=outcome).inc(n)
 
 
 def observe_task(name: str, outcome: str, seconds: float) -> None:

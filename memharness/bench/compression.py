@@ -66,10 +66,10 @@ from pipelines.cognition.compress import (
     plan_groups,
     sources_from_drafts,
 )
+from pipelines.cognition.health import CompressionHealth
 from pipelines.cognition.levels import DEFAULT_LEVELS, LevelPolicy
 from pipelines.cognition.protocol import SourceMemory
 from pipelines.cognition.quality import (
-    CompressionHealth,
     DatedText,
     QualityVerdict,
     TextIndex,

@@ -97,6 +97,10 @@ class CorrectBody(Body):
     metadata: Any = Field(None, description="The new version's metadata; omitted: the old.")
 
 
+class UndoBody(Body):
+    reason: Any = Field(description="Why the supersession was wrong; kept in the history.")
+
+
 class ForgetBody(Body):
     reason: Any = Field(description="Why; the audit log keeps it (never the content).")
     memory_id: Any = Field(None, description="One memory, every version of it.")

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from pipelines.answers import ask_with_fallback
 from pipelines.cognition.levels import DEFAULT_LEVELS, LevelPolicy
-from pipelines.cognition.offline_compress import OFFLINE, compress_offline
+from pipelines.cognition.offline_compress import OFFLINE, OFFLINE_RULES_VERSION, compress_offline
 from pipelines.cognition.protocol import (
     AnnotateRequest,
     AnnotationBatch,
@@ -64,6 +64,8 @@ class SummaryDraft(BaseModel):
     compressed_by: str
     malformed_answers: int = Field(0, ge=0)
     kinds: dict[str, int] = Field(default_factory=dict)
+    # The compressor that made it (:func:`compressor_id`); "" for rows from before the mark.
+    compressor: str = ""
 
     @property
     def ratio(self) -> float:
@@ -82,6 +84,7 @@ class SummaryDraft(BaseModel):
             "compressed_by": self.compressed_by,
             "malformed_answers": self.malformed_answers,
             "kinds": self.kinds,
+            "compressor": self.compressor,
         }
 
 
@@ -91,6 +94,13 @@ class CompressionResult(BaseModel):
     draft: SummaryDraft
     segments: tuple[Segment, ...]
     annotations: tuple[SegmentAnnotation, ...]
+
+
+def compressor_id(llm: CompressionLLM | None) -> str:
+    """Who compresses: the engine behind the port and the version of the offline rules it
+    falls back on ("openai:deepseek-chat+rules-2"). A compression-resistant mark holds for
+    this compressor only."""
+    return f"{(llm or OFFLINE).name}+rules-{OFFLINE_RULES_VERSION}"
 
 
 def summary_id(
@@ -110,11 +120,15 @@ def compress_group(
     version: int = 1,
     annotate_only: bool = False,
     policy: LevelPolicy = DEFAULT_LEVELS,
+    attempt: int | None = None,
 ) -> CompressionResult:
     """Run the protocol over one group and return the summary row to write.
 
     ``annotate_only`` is the mode of a compression-resistant memory: stage 1 only, rendered
-    with chatter dropped and nothing else cut. Raises TransientLLMError to be retried.
+    with chatter dropped and nothing else cut. ``attempt`` (default: the version) sets the
+    target ratio: a new compressor's first try at rows that resisted the old one aims at
+    the full ratio while its version goes on counting. Raises TransientLLMError to be
+    retried.
     """
     if not sources:
         raise ValueError("nothing to compress")
@@ -141,7 +155,7 @@ def compress_group(
         annotate, lambda: OFFLINE.annotate_segments(annotate_request), engine.name
     )
     source_words = sum(s.source_words for s in ordered)
-    target = max(1, math.ceil(source_words / policy.ratio(level, version)))
+    target = max(1, math.ceil(source_words / policy.ratio(level, attempt or version)))
     compress_request = CompressRequest(
         level=level, target_words=target, segments=segments, annotations=tuple(batch.segments)
     )
@@ -181,6 +195,7 @@ def compress_group(
         compressed_by=compressed_by,
         malformed_answers=bad_annotations + bad_summaries,
         kinds=kinds,
+        compressor=compressor_id(llm),
     )
     return CompressionResult(draft=draft, segments=segments, annotations=tuple(batch.segments))
 

@@ -6,12 +6,15 @@ rationales with it.
 
 English text is read with the English cues alone, in this order: an error with a cause or
 an identifier, a decision (its reason after "because", "since", ...), chatter (fewer than
-two informative words), a question without identifiers, a preference, a status change, else
-an outcome. Text holding Chinese is read in the same order with the cues of both languages,
-and three more rules: a line label (``决策记录：``, ``状态变更：``, ``用户偏好：``,
+two informative words, a question without identifiers, or a sentence about the other party
+with nothing of the speaker's own and no identifier or date), a preference, a status
+change, else an outcome. Text holding Chinese is read in the same order with the cues of
+both languages, and three more rules: a line label (``决策记录：``, ``状态变更：``, ``用户偏好：``,
 ``错误：``) names the kind; a reason (因为/由于/原因是, or what precedes 所以) marks a
 decision when the statement is no status change, since Chinese states decisions without a
-verb of deciding; and reactions are whole clauses (收到，谢谢).
+verb of deciding; and reactions are whole clauses (收到，谢谢), as is the small talk of a
+working chat (稍等，我共享一下屏幕; 今天中午吃什么), which a relative date in it (明天再聊)
+does not make a fact.
 """
 
 from __future__ import annotations
@@ -127,15 +130,39 @@ _REACTION_CLAUSE_ZH_RE = re.compile(
     re.I,
 )
 _CLAUSE_MARKS_ZH_RE = re.compile(r"[，,；;。！？!?：:\n]+")
+# Small talk of a working chat: running the meeting (开始吧, 先到这里, 稍等, 共享屏幕,
+# 听不清), stepping away (接个电话, 马上回来), follow-up promises with no content (我跟进一下,
+# 我看一下), and the talk around the work: meals, coffee, the weather, the room, the weekend.
+# A clause counts only when it holds such a cue and no digit (a clause with a number, such as
+# "会议室换到 3 楼", may be a fact): these phrases carry nothing a summary needs.
+_SMALL_TALK_ZH_RE = re.compile(
+    r"开始吧|先到这(?:里|儿)|就到这|散会|稍等|等一下|等我一下|共享(?:一下)?屏幕|投屏|听不(?:太)?清|"
+    r"听得到|能听到|网络(?:有点|有些|不太)?卡|掉线|卡住了吗|接个电话|马上回来|去趟洗手间|"
+    r"(?:我|我们)?(?:先|再)?(?:跟进|看|确认|查|想)一下$|(?:我|我们)再(?:看看|想想)$|"
+    r"链接我再发|再发一(?:遍|次)|发群里了|"
+    r"吃什么|吃饭|午饭|午餐|晚饭|晚餐|外卖|食堂|面馆|奶茶|咖啡|下午茶|零食|"
+    r"下(?:大)?雨|天气|好冷|好热|降温|注意安全|会议室|好好休息|周末(?:愉快|快乐|见)|"
+    r"早点休息|节日快乐|生日快乐|大家早|早上好|下午好|晚上好"
+)
+_DIGIT_RE = re.compile(r"\d|[一二三四五六七八九十两百千万]+(?:个|次|天|周|月|年|点|号|楼|层|人|条)")
+
+
+def _small_talk_clause(clause: str) -> bool:
+    return bool(_SMALL_TALK_ZH_RE.search(clause)) and not _DIGIT_RE.search(clause)
 
 
 def strip_reactions(text: str) -> str:
-    """Chinese text without its clauses of pure reaction ("收到，谢谢" → ""); other text as
-    it is (English reactions are words of ``REACTIONS``)."""
+    """Chinese text without its clauses of pure reaction ("收到，谢谢" → "") and of small talk
+    ("稍等，我共享一下屏幕" → ""); other text as it is (English reactions are words of
+    ``REACTIONS``)."""
     if not has_han(text):
         return text
     clauses = _CLAUSE_MARKS_ZH_RE.split(text)
-    return "，".join(c for c in clauses if c.strip() and not _REACTION_CLAUSE_ZH_RE.match(c))
+    return "，".join(
+        c
+        for c in clauses
+        if c.strip() and not _REACTION_CLAUSE_ZH_RE.match(c) and not _small_talk_clause(c)
+    )
 
 
 def _informative(tokens: Iterable[str], names: set[str]) -> list[str]:
@@ -171,6 +198,8 @@ def classify_segment(
         return SegmentKind.CHATTER, None, None
     if text.rstrip().endswith("?") and not has_ids:
         return SegmentKind.CHATTER, None, None
+    if _aimed_at_other(text) and not has_ids and not _mentions_date(text):
+        return SegmentKind.CHATTER, None, None
     if _PREFERENCE_RE.search(text):
         return SegmentKind.USER_PREFERENCE, None, None
     if _STATUS_RE.search(text):
@@ -204,7 +233,7 @@ def _classify_han(text: str, party: Iterable[str]) -> tuple[SegmentKind, str | N
         return SegmentKind.DECISION_RATIONALE, _rationale_han(text), None
     if kind is not None:
         return kind, None, None
-    if len(informative) < 2 and not has_ids and not _mentions_date(text):
+    if len(informative) < 2 and not has_ids and not _mentions_date(said):
         return SegmentKind.CHATTER, None, None
     if is_question(text) and not has_ids:
         return SegmentKind.CHATTER, None, None
@@ -241,6 +270,21 @@ def _root_cause_han(text: str) -> str | None:
         clause = split_clauses_han(text[: before.start()])
         return clause[-1].strip(_HAN_EDGE_PUNCT) if clause else None
     return None
+
+
+_SECOND_PERSON_RE = re.compile(
+    r"\b(?:you|your|yours|yourself|you're|you've|you'll|you'd|u|ur)\b", re.I
+)
+_FIRST_PERSON_RE = re.compile(
+    r"\b(?:i|me|my|mine|myself|we|us|our|ours|i'm|i've|i'd|i'll|we're|we've|we'll|we'd)\b", re.I
+)
+
+
+def _aimed_at_other(text: str) -> bool:
+    """A sentence about the other party with nothing of the speaker's own ("You'd be a great
+    counselor!", "Your store looks amazing."): in a dialogue it reacts to what the other
+    just said, which that party's own turn states."""
+    return bool(_SECOND_PERSON_RE.search(text)) and not _FIRST_PERSON_RE.search(text)
 
 
 def _mentions_date(text: str) -> bool:

@@ -10,11 +10,17 @@ compressor and the fallback of a model that answers badly.
 * outcomes become telegraphic: function words, fillers and interjections go, negations,
   content words, numbers and names stay, in their order;
 * debug output becomes its first line, its error lines and its identifiers;
+* outcomes lose the words the quality check never asks for: stopwords, fillers and
+  reactions (thanks, great, sounds, feel ...);
 * over budget (raw words / target ratio), clauses of outcomes are dropped, lowest value per
-  word first: value counts words no other clause says and identifiers, and is halved for
-  sentences aimed at the other party ("your painting is lovely") or wishes ("hope it goes
-  well"), which in a dialogue mostly react rather than inform. Verbatim segments are never
-  dropped, so a summary can stay above its budget; the draft records the words it has.
+  word first, but at most one unit in ten (``MAX_DROPPED_UNIT_SHARE``): value counts words
+  no other clause says and identifiers, and is halved for sentences aimed at the other
+  party ("your painting is lovely") or wishes ("hope it goes well"), which in a dialogue
+  mostly react rather than inform. Verbatim segments are never dropped, so a summary can
+  stay above its budget; the draft records the words it has;
+* a phase summary (L2, L3) also drops the outcome clauses whose every content word an
+  earlier clause already says, and groups each day's clauses by speaker, one line each;
+* the segments of one turn are joined as sentences (no separator word).
 
 Segment kinds come from cue words (:mod:`pipelines.cognition.kinds`). Chinese is compressed
 by the same rules: 你/您 become the addressee and 他/她 the one person named before; an
@@ -39,7 +45,6 @@ from typing import NamedTuple
 
 from pipelines.cognition.kinds import classify_segment, strip_reactions
 from pipelines.cognition.protocol import (
-    SEGMENT_GLUE,
     VERBATIM_KINDS,
     AnnotateRequest,
     AnnotationBatch,
@@ -51,6 +56,7 @@ from pipelines.cognition.protocol import (
     missing_identifiers,
 )
 from pipelines.cognition.segments import looks_like_debug, split_clauses_han
+from pipelines.records import Level
 from pipelines.text.dates import resolve_relative_dates
 from pipelines.text.identifiers import (
     EDGE_PUNCT,
@@ -78,6 +84,13 @@ _ERROR_LINE_RE = re.compile(r"(?:error|exception|fail|fatal|panic|denied|refused
 _FIRST_PERSON = frozenset({"i", "me", "my", "mine", "myself", "i'm", "i've", "i'd", "i'll"})
 _SECOND_PERSON = {"you": "", "your": "'s", "yours": "'s", "yourself": ""}
 _THIRD_PERSON = {"he": "", "she": "", "him": "", "her": "", "his": "'s", "hers": "'s"}
+
+
+# The version of the offline rules. Every compressor falls back on them, so it is part of
+# every compressor's identity (``pipelines.cognition.compress.compressor_id``): raise it when
+# a change of the rules changes what a summary keeps, and rows marked compression-resistant
+# under the old rules are tried again.
+OFFLINE_RULES_VERSION = 2
 
 
 class OfflineCompressor:
@@ -221,7 +234,7 @@ def _telegraphic_words(text: str, speaker: str | None) -> str:
             continue
         if speaker and key in {fold(speaker), fold(speaker) + "'s"}:
             continue  # the line's "Speaker:" already says who
-        if bare in STOPWORDS or bare in FILLERS or bare in _FIRST_PERSON:
+        if bare in STOPWORDS or bare in FILLERS or bare in _FIRST_PERSON or bare in REACTIONS:
             continue
         kept.append(word)
     return " ".join(kept)
@@ -237,6 +250,15 @@ def _compress_debug(text: str) -> str:
     ids = [i for i in find_identifiers(text, names=False) if i not in summary][:12]
     extra = f" [{', '.join(ids)}]" if ids else ""
     return f"debug output ({len(lines)} lines): {summary}{extra}"
+
+
+# Share of the units (clauses of outcomes, debug blocks) stage 2 may drop to meet its
+# budget, the least salient first. The quality check rolls a summary back below 85 % of its
+# statements and a dropped clause can take a statement with it; dropping at most one unit
+# in ten leaves five points for the statements that lose a clause and a word. Past it the
+# budget is not met: a summary that keeps its facts is worth more than one that meets its
+# ratio and is rolled back (a model behind the port reaches further by rewording).
+MAX_DROPPED_UNIT_SHARE = 0.1
 
 
 class _Unit(NamedTuple):
@@ -281,10 +303,14 @@ def compress_offline(request: CompressRequest, *, annotate_only: bool = False) -
     for segment in request.segments:
         units.extend(_render_units(segment, by_index[segment.index], annotate_only=annotate_only))
     dropped_units: set[tuple[int, int]] = set()
+    phase = request.level >= Level.L2 and not annotate_only
+    if phase:
+        dropped_units = _redundant_units(units)
+        units = [u for u in units if (u.segment.index, u.clause) not in dropped_units]
     if not annotate_only:
-        dropped_units = _drop_for_budget(units, request.target_words)
+        dropped_units |= _drop_for_budget(units, request.target_words)
     kept = [u for u in units if (u.segment.index, u.clause) not in dropped_units]
-    text = _layout(kept)
+    text = _layout(_by_speaker(kept), per_speaker=True) if phase else _layout(kept)
     orphan_ids = missing_identifiers(text, (u.annotation for u in units))
     if orphan_ids:
         text = f"{text}\nids: {', '.join(orphan_ids)}" if text else f"ids: {', '.join(orphan_ids)}"
@@ -298,6 +324,30 @@ def compress_offline(request: CompressRequest, *, annotate_only: bool = False) -
         ),
         dropped=[s.index for s in request.segments if s.index not in kept_segments],
     )
+
+
+def _redundant_units(units: Sequence[_Unit]) -> set[tuple[int, int]]:
+    """Outcome clauses that say nothing the summary has not said before them: every content
+    word and identifier already in an earlier kept unit (a fact restated in a later session,
+    an L1 line repeating another). A phase summary states each thing once."""
+    seen: set[str] = set()
+    redundant: set[tuple[int, int]] = set()
+    for unit in units:
+        tokens = set(content_tokens(unit.text))
+        if unit.annotation.kind not in VERBATIM_KINDS and tokens and tokens <= seen:
+            redundant.add((unit.segment.index, unit.clause))
+            continue
+        seen |= tokens
+    return redundant
+
+
+def _by_speaker(units: Sequence[_Unit]) -> list[_Unit]:
+    """The units of each day grouped by speaker, in the order the speakers first speak: a
+    phase summary says what each party said, one line each, rather than replay the turns."""
+    order: dict[tuple[date, str | None], list[_Unit]] = {}
+    for unit in units:
+        order.setdefault((unit.segment.timestamp.date(), unit.segment.speaker), []).append(unit)
+    return [unit for group in order.values() for unit in group]
 
 
 def _drop_for_budget(units: Sequence[_Unit], target_words: int) -> set[tuple[int, int]]:
@@ -324,10 +374,12 @@ def _drop_for_budget(units: Sequence[_Unit], target_words: int) -> set[tuple[int
         scored.append((value, -unit.segment.index, unit.segment.index, unit.clause))
     dropped: set[tuple[int, int]] = set()
     sizes = {(u.segment.index, u.clause): word_count(u.text) for u in units}
+    drops_left = math.floor(MAX_DROPPED_UNIT_SHARE * len(units))
     for _, _, index, clause in sorted(scored):
-        if total <= target_words:
+        if total <= target_words or drops_left <= 0:
             break
         dropped.add((index, clause))
+        drops_left -= 1
         total -= sizes[(index, clause)]
     return dropped
 
@@ -374,8 +426,15 @@ def salience(segment: Segment) -> float:
     return weight
 
 
-def _layout(units: Sequence[_Unit]) -> str:
-    """One line per speaker turn; a ``[date]`` header when the summary spans several days."""
+# The segments of one turn are joined as sentences, so the next level cuts them apart again
+# with the sentence rules; a separator word would cost a word per segment.
+_SENTENCE_ENDS = (".", "!", "?", "。", "！", "？")
+_ANY_MEMORY = uuid.UUID(int=0)
+
+
+def _layout(units: Sequence[_Unit], *, per_speaker: bool = False) -> str:
+    """One line per speaker turn (``per_speaker``: per speaker and day); a ``[date]`` header
+    when the summary spans several days."""
     days = {u.segment.timestamp.date() for u in units}
     lines: list[str] = []
     current_day: date | None = None
@@ -388,10 +447,15 @@ def _layout(units: Sequence[_Unit]) -> str:
             lines.append(f"[{day.isoformat()}]")
             current_key = None
         current_day = day
-        key = (segment.memory_id, segment.speaker)
+        key = (_ANY_MEMORY if per_speaker else segment.memory_id, segment.speaker)
         if key == current_key:
-            clause_glue = "，" if has_han(unit.text) else ", "
-            glue = clause_glue if segment.index == current_segment else SEGMENT_GLUE
+            han = has_han(unit.text)
+            if segment.index == current_segment:
+                glue = "，" if han else ", "
+            elif lines[-1].endswith(_SENTENCE_ENDS):
+                glue = "" if han else " "
+            else:
+                glue = "。" if han else ". "
             lines[-1] = f"{lines[-1]}{glue}{unit.text}"
         else:
             lines.append(f"{segment.speaker}: {unit.text}" if segment.speaker else unit.text)

@@ -1,25 +1,41 @@
-"""Which older memory a new one corrects: the automatic path of corrections.
+"""Which older memory a new one corrects: the automatic path of corrections, made to do no harm.
 
-A new preference, decision or constraint supersedes an older memory of the same scope (the
-same tenant and user, a preference or decision too, at level 0) when the two are about the
-same thing and say opposite things:
+A superseded memory leaves recall() and context(), so an automatic supersession hides what the
+user said: it is taken only on precise evidence, and anything weaker keeps both memories and
+records the pair as a *conflict* (context() shows both with their dates; history() lists it).
 
-* a sentence of each shares its topic with the other (at least half of the smaller topic's
-  words, the measure consolidation uses), and
-* those two sentences' stances are opposed (opposite ends of an axis such as tabs/spaces or
-  brief/detailed, or a negation), or the new memory says it corrects ("actually", "no
-  longer", "instead", "changed my mind", 不再, 改为, 改成, 其实) and the two sentences share
-  at least two thirds of their topic.
+Candidates: a new preference or decision and an older one of the same scope (tenant and user),
+both at level 0, in the same situation ("when reviewing", 遇到架构问题时: each holds in its own).
 
-Sentence by sentence, because a long note covers half the words of any short decision and
-carries a negation somewhere: "We decided to keep the outbox in PostgreSQL" is not
-contradicted by a meeting note that agrees with it in one sentence and says "the payments
-module is blocked" in another.
+Never a supersession, nor a conflict, when:
 
-A situation decides between superseding and keeping both: when either states one ("when
-reviewing", "if it is an incident", 遇到架构问题时) the other does not share, both hold, each in
-its own situation (consolidation makes that conditional knowledge), and nothing is superseded.
-A "for ..." phrase is part of the topic here ("tabs for indentation"), not a situation.
+* the new memory is a **question** (认证模块的JWT迁移有什么约束？ asks about the constraint, it
+  does not replace it) — question sentences are left out of every comparison;
+* either is a **report or summary** (周报：, "Weekly update:", four sentences or more): it
+  mentions many things and is no statement of its own (its plainest sentence makes a conflict
+  at most);
+* the two have **different speakers** ("Dana: …" and "Lee: …" may simply disagree);
+* they are **copies** (the same words) or the new one **elaborates** the old one (it says all the
+  old one said and more): nothing said before is contradicted.
+
+Evidence, sentence by sentence (a long note shares half the words of any short decision):
+
+* **supersede** when a sentence of each is about the same thing (at least two topic words in
+  common, covering two thirds of the shorter and 40 % of the longer sentence's topic) and
+  - they take opposite ends of a stance axis (tabs/spaces, brief/detailed, 同步/异步) (half
+    of the longer topic in common, or the shorter one whole with a correction cue), or
+  - the new sentence says it corrects ("actually", "instead", "no longer", 改为, 不再, 推迟到)
+    and a value changed (each side has a topic word the other lacks), or
+  - without a cue, a single value changed: each side names an identifier the other does not
+    (a date, a number, a person, a technology: "due May 3" → "due May 10", 负责人是张工 →
+    负责人是李工) while at least 60 % of the longer topic is shared, or
+  - one negates the other on a topic they share almost whole (three quarters of the longer);
+* **conflict** when the weaker signs hold (the topic overlap the rule of consolidation uses,
+  half of the shorter topic, and opposed stances or a correction cue) but not the above.
+
+With a model configured the rule only proposes: :func:`confirm` asks the model about each
+proposal (``confirm_correction``, its own narrow JSON protocol), and a proposal the model does
+not confirm is kept as a conflict or dropped; when the model cannot answer, both stay.
 """
 
 from __future__ import annotations
@@ -27,8 +43,10 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Sequence
+from enum import StrEnum
+from typing import Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from pipelines.cognition.stance import (
     Stance,
@@ -38,36 +56,83 @@ from pipelines.cognition.stance import (
     topic_of,
     topic_overlap,
 )
+from pipelines.errors import LLMError, MalformedLLMOutput
 from pipelines.records import EpisodicMemory, Level, MemoryType
-from pipelines.text.sentences import split_sentences
-from pipelines.text.words import fold, has_han, normalise_token
+from pipelines.text.identifiers import find_identifiers
+from pipelines.text.sentences import split_sentences, split_speaker
+from pipelines.text.words import (
+    NEGATIONS,
+    STOPWORDS,
+    fold,
+    has_han,
+    normalise_token,
+    raw_tokens,
+    word_count,
+)
 
 # The types whose later statements replace earlier ones: what the user wants (preference),
 # what was decided (decision; a constraint is recorded as one of these two).
 CORRECTABLE = frozenset({MemoryType.PREFERENCE, MemoryType.DECISION})
+# The weak sign (a conflict): consolidation's measure, half of the smaller topic in common.
 TOPIC_OVERLAP = 0.5
-# A correction cue without opposed stances needs more of the topic in common: "actually we
-# use MySQL for storage instead" vs "we use PostgreSQL for storage" share 2 of 3 words.
-CUED_TOPIC_OVERLAP = 2 / 3
+# The strong signs (a supersession): two thirds of the shorter topic and 40 % of the longer
+# one, with at least two topic words in common, so a one-word topic ("like") never decides.
+STRICT_OVERLAP = 2 / 3
+STRICT_LONGER_OVERLAP = 0.4
+MIN_SHARED = 2
+# A changed value without a cue: most of both sentences is the same statement.
+VALUE_LONGER_OVERLAP = 0.6
+# A negation without a cue or an axis: the same statement, negated.
+NEGATION_LONGER_OVERLAP = 0.75
+# A report or summary: four sentences or more, or this many words, states many things.
+REPORT_SENTENCES = 4
+REPORT_WORDS = 80
+
 _CORRECTION_CUE_RE = re.compile(
     r"\b(?:actually|no longer|not anymore|any ?more|instead|changed? (?:my|our) minds?|"
-    r"switch(?:ed|ing)? to|correction|scratch that|from now on)\b|不再|改为|改成|改用|其实|更正|"
-    r"以后改|换成",
+    r"switch(?:ed|ing)? (?:to|over)|correction|scratch that|from now on|moved? to|"
+    r"pushed (?:back )?to|postponed to|rescheduled|replaced? (?:by|with)|rather than|"
+    r"changed to|updated to|is now|are now|now (?:uses?|prefers?|owns?|leads?))\b|"
+    r"不再|改为|改成|改用|改到|改在|改由|其实|更正|以后改|换成|换为|调整为|调整到|变更为|"
+    r"推迟到|延期到|提前到|延后到|现在由|现在改|不用.{0,12}了",
     re.I,
 )
 # The cue words themselves say nothing about the topic.
 _CUE_WORDS = """actually now longer anymore instead changed change mind minds switch switched
-switching correction scratch from"""
+switching correction scratch from moved move pushed back postponed rescheduled replaced
+replace rather updated"""
 _CUE_TOKENS = frozenset(normalise_token(w) for w in _CUE_WORDS.split())
 _SITUATION_RE = re.compile(r"\b(?:when|whenever|if|during|while|unless)\b", re.I)
+# A report names itself at its start: "Weekly update: …", 周报：…, 本周总结：….
+_REPORT_RE = re.compile(
+    r"^\s*(?:(?:weekly|daily|monthly|status|progress|project)\s+(?:update|report|summary)|"
+    r"summary|recap|report|minutes|meeting notes)\b|"
+    r"^\s*(?:本周|今日|今天|本月|上周|本次|项目)?(?:周报|日报|月报|总结|汇报|纪要|进展|会议记录)"
+    r"\s*[:：]",
+    re.I,
+)
+_QUESTION_ZH_RE = re.compile(
+    r"(?:吗|呢|么)[。.!！]?$|什么|怎么|为什么|哪些|哪个|是否|有没有|多少|几时"
+)
+_CAPITALISED_RE = re.compile(r"\b[A-Z][\w.+#-]*[A-Za-z0-9+#]")
+
+
+class Verdict(StrEnum):
+    """What becomes of a proposed pair: the older is superseded, or both stay as a conflict."""
+
+    SUPERSEDE = "supersede"
+    CONFLICT = "conflict"
 
 
 class Supersession(BaseModel):
+    """A proposal about one (older, newer) pair: ``verdict`` says what is done with it."""
+
     model_config = ConfigDict(frozen=True)
 
     old_id: uuid.UUID
     new_id: uuid.UUID
     reason: str
+    verdict: Verdict = Verdict.SUPERSEDE
 
 
 def has_correction_cue(text: str) -> bool:
@@ -92,46 +157,189 @@ def topic_words(text: str) -> frozenset[str]:
     return topic_of(_CORRECTION_CUE_RE.sub(" ", text), None) - _CUE_TOKENS
 
 
-def _statements(text: str) -> list[tuple[frozenset[str], Stance]]:
-    """Each sentence's topic words and stance (sentences without topic words left out)."""
+def is_question(sentence: str) -> bool:
+    """A sentence that asks rather than states (its final mark, or a Chinese question word)."""
+    text = sentence.strip()
+    if text.endswith(("?", "？")):
+        return True
+    return has_han(text) and bool(_QUESTION_ZH_RE.search(text))
+
+
+def is_report(text: str) -> bool:
+    """A report or summary: it mentions many statements and replaces none of them."""
+    _, body = split_speaker(text)
+    if _REPORT_RE.search(body):
+        return True
+    return len(split_sentences(body)) >= REPORT_SENTENCES or word_count(body) >= REPORT_WORDS
+
+
+def _values(sentence: str) -> frozenset[str]:
+    """The values a sentence names: identifiers (dates, numbers, people, modules, paths) and
+    capitalised words (technologies and names), folded."""
+    found = {fold(v) for v in find_identifiers(sentence)}
+    for match in _CAPITALISED_RE.finditer(sentence):
+        if sentence[: match.start()].strip() and fold(match.group()) not in STOPWORDS:
+            found.add(fold(match.group()))  # the first word is capitalised anyway
+    return frozenset(found)
+
+
+def _content(text: str) -> frozenset[str]:
+    """Content words and negations: "we will not migrate" says something "we will" does not."""
+    return frozenset(
+        normalise_token(t) for t in raw_tokens(text) if t not in STOPWORDS or t in NEGATIONS
+    )
+
+
+_CLAUSE_RE = re.compile(r"[，,;；]")
+
+
+def _stance(sentence: str) -> Stance:
+    """The sentence's stance, read clause by clause: "不要写太长，要简洁" says brief twice
+    (a negated long, then brief), where one reading of the whole would see a negated brief.
+    Clauses that take both sides of an axis leave it undecided."""
+    clauses = [c for c in _CLAUSE_RE.split(sentence) if c.strip()]
+    if len(clauses) < 2:
+        return stance_of(sentence)
+    axes: dict[str, int] = {}
+    split: set[str] = set()
+    polarity = 1
+    for clause in clauses:
+        clause_polarity, clause_axes = stance_of(clause)
+        if not clause_axes and clause_polarity < 0:
+            polarity = -1
+        for axis, side in clause_axes.items():
+            if axes.setdefault(axis, side) != side:
+                split.add(axis)
+    decided = {axis: side for axis, side in axes.items() if axis not in split}
+    return (1 if decided else polarity), decided
+
+
+class _Statement(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    text: str
+    topic: frozenset[str]
+    stance: Stance
+    values: frozenset[str]
+    cued: bool
+
+
+def _statements(text: str) -> list[_Statement]:
+    """Each sentence that states something (questions and sentences without topic words left
+    out), with its topic words, stance, values and whether it says it corrects."""
     parts = []
     for sentence in split_sentences(text) or [text]:
+        if is_question(sentence):
+            continue
         topic = topic_words(sentence)
         if topic:
-            parts.append((topic, stance_of(sentence)))
+            parts.append(
+                _Statement(
+                    text=sentence,
+                    topic=topic,
+                    stance=_stance(sentence),
+                    values=_values(sentence),
+                    cued=has_correction_cue(sentence),
+                )
+            )
     return parts
 
 
-def _conflict(
-    older: list[tuple[frozenset[str], Stance]],
-    newer: list[tuple[frozenset[str], Stance]],
-    cued: bool,
-) -> tuple[str, float] | None:
-    """Why the newer statements replace the older ones, and the topic overlap of the
-    sentences that say so; None when no pair of sentences conflicts."""
-    cue: tuple[str, float] | None = None
-    for old_topic, old_stance in older:
-        for new_topic, new_stance in newer:
-            overlap = topic_overlap(old_topic, new_topic)
-            if overlap < TOPIC_OVERLAP:
-                continue
-            if opposed(old_stance, new_stance):
-                return "states the opposite on the same topic", overlap
-            if cued and overlap >= CUED_TOPIC_OVERLAP and cue is None:
-                cue = "says it corrects an earlier statement on the same topic", overlap
-    return cue
+def _same_speaker(old: str, new: str) -> tuple[bool, str, str]:
+    """Whether both lines have one speaker (or none), and their bodies."""
+    old_speaker, old_body = split_speaker(old)
+    new_speaker, new_body = split_speaker(new)
+    if old_speaker is not None and new_speaker is not None:
+        return fold(old_speaker) == fold(new_speaker), old_body, new_body
+    return True, old_body, new_body
+
+
+def _strong(old: _Statement, new: _Statement) -> str | None:
+    """Why ``new`` replaces ``old`` on precise evidence, or None."""
+    shared = old.topic & new.topic
+    longer = len(shared) / max(len(old.topic), len(new.topic))
+    axis = opposed(old.stance, new.stance) and bool(old.stance[1]) and bool(new.stance[1])
+    if axis and shared and longer >= 0.5:
+        return "takes the opposite side on the same topic"
+    if axis and shared and new.cued and topic_overlap(old.topic, new.topic) >= STRICT_OVERLAP:
+        # "Actually I now prefer spaces for indentation" after "tabs for indentation in every
+        # repository": the shorter topic whole, the other side, and a cue.
+        return "says it changed sides on the same topic"
+    values_changed = bool(old.values - new.values) and bool(new.values - old.values)
+    if new.cued and values_changed and shared and topic_overlap(old.topic, new.topic) >= 0.5:
+        # "we write the backend in Go" → "the backend moves to Rust": a cue and a new value
+        # say it, even when the rest shares one word (后端).
+        return "says it corrects the same statement and names a new value"
+    if len(shared) < MIN_SHARED or topic_overlap(old.topic, new.topic) < STRICT_OVERLAP:
+        return None
+    if longer < STRICT_LONGER_OVERLAP:
+        return None
+    changed = bool(old.topic - new.topic) and bool(new.topic - old.topic)
+    if new.cued and (changed or axis):
+        return "says it corrects the same statement and changes its value"
+    if longer >= VALUE_LONGER_OVERLAP and values_changed:
+        return "states another value for the same thing"
+    polarity_flip = opposed(old.stance, new.stance) and not old.stance[1] and not new.stance[1]
+    if polarity_flip and longer >= NEGATION_LONGER_OVERLAP:
+        return "negates the same statement"
+    return None
+
+
+def _weak(old: _Statement, new: _Statement) -> str | None:
+    """The signs that make a pair worth showing side by side, short of a supersession."""
+    shared = old.topic & new.topic
+    if len(shared) < MIN_SHARED or topic_overlap(old.topic, new.topic) < TOPIC_OVERLAP:
+        return None
+    if opposed(old.stance, new.stance):
+        return "may state the opposite on the same topic"
+    if new.cued:
+        return "may correct an earlier statement on the same topic"
+    return None
+
+
+def judge_pair(older: str, newer: str) -> tuple[Verdict, str] | None:
+    """The rule on two statements' texts: a verdict and why, or None when they do not bear on
+    each other. (Scope, types, order and situations are the caller's: see
+    :func:`contradicted`.)"""
+    same, old_body, new_body = _same_speaker(older, newer)
+    if not same:
+        return None
+    report = is_report(old_body) or is_report(new_body)
+    old_content, new_content = _content(old_body), _content(new_body)
+    if not old_content - new_content and old_content & NEGATIONS == new_content & NEGATIONS:
+        return None  # a copy, or an elaboration: all the old one said is said again
+    old_parts, new_parts = _statements(old_body), _statements(new_body)
+    weak: str | None = None
+    best: tuple[str, float] | None = None
+    for old in old_parts:
+        for new in new_parts:
+            why = _strong(old, new)
+            overlap = topic_overlap(old.topic, new.topic)
+            if why is not None and (best is None or overlap > best[1]):
+                best = (why, overlap)
+            elif weak is None:
+                found = _weak(old, new)
+                if found is not None:
+                    weak = f"{found} (topic overlap {overlap:.2f})"
+    if best is not None and report:
+        # A report's sentence may say it plainly, but the report is no statement of its own.
+        return Verdict.CONFLICT, f"a report {best[0]} (topic overlap {best[1]:.2f})"
+    if best is not None:
+        return Verdict.SUPERSEDE, f"{best[0]} (topic overlap {best[1]:.2f})"
+    if weak is not None and not report:
+        return Verdict.CONFLICT, weak
+    return None
 
 
 def contradicted(new: EpisodicMemory, older: Sequence[EpisodicMemory]) -> list[Supersession]:
-    """The older memories ``new`` supersedes (see the module docstring); ``older`` are the
-    candidates, any order; only those before ``new`` in time count."""
+    """The rule's proposals for ``new`` against ``older`` (any order; only those before
+    ``new`` in time count): supersessions on precise evidence, conflicts on weaker signs."""
     if not _correctable(new):
         return []
+    _, new_body = split_speaker(new.content)
+    if not _statements(new_body):
+        return []  # a question, or nothing stated
     new_situation = situation_of(new.content)
-    new_parts = _statements(new.content)
-    if not new_parts:
-        return []
-    cued = has_correction_cue(new.content)
     found: list[Supersession] = []
     for old in older:
         if old.id == new.id or not _correctable(old):
@@ -142,15 +350,147 @@ def contradicted(new: EpisodicMemory, older: Sequence[EpisodicMemory]) -> list[S
             continue
         if situation_of(old.content) != new_situation:
             continue  # each holds in its own situation
-        conflict = _conflict(_statements(old.content), new_parts, cued)
-        if conflict is None:
+        judged = judge_pair(old.content, new.content)
+        if judged is None:
             continue
-        why, overlap = conflict
+        verdict, why = judged
         found.append(
             Supersession(
                 old_id=old.id,
                 new_id=new.id,
-                reason=f"automatic: a later {new.type} {why} (topic overlap {overlap:.2f})",
+                verdict=verdict,
+                reason=f"automatic: a later {new.type} {why}",
             )
         )
     return found
+
+
+# -- the model's confirmation ----------------------------------------------------------------
+
+
+class ConfirmVerdict(StrEnum):
+    SUPERSEDES = "supersedes"  # the newer statement replaces the older one
+    CONFLICT = "conflict"  # they disagree and it is not clear which holds: keep both
+    UNRELATED = "unrelated"  # they do not bear on each other
+
+
+class CorrectionStatement(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    content: str
+    date: str  # ISO date of the statement
+    type: str
+
+
+class CorrectionRequest(BaseModel):
+    """What the model is shown: the older and the newer statement, with their dates."""
+
+    model_config = ConfigDict(frozen=True)
+
+    older: CorrectionStatement
+    newer: CorrectionStatement
+
+
+class CorrectionAnswer(BaseModel):
+    """The model's answer, as the ``confirm_correction`` protocol asks for it."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    verdict: ConfirmVerdict
+    reason: str = Field("", max_length=2_000)
+
+
+@runtime_checkable
+class CorrectionLLM(Protocol):
+    """What the automatic path of corrections asks of the LLM port."""
+
+    @property
+    def name(self) -> str: ...
+
+    def confirm_correction(self, request: CorrectionRequest) -> CorrectionAnswer: ...
+
+
+def correction_request(old: EpisodicMemory, new: EpisodicMemory) -> CorrectionRequest:
+    return CorrectionRequest(
+        older=CorrectionStatement(
+            content=old.content, date=old.timestamp.date().isoformat(), type=str(old.type)
+        ),
+        newer=CorrectionStatement(
+            content=new.content, date=new.timestamp.date().isoformat(), type=str(new.type)
+        ),
+    )
+
+
+def offline_confirmation(request: CorrectionRequest) -> CorrectionAnswer:
+    """The rule's own answer, for the offline adapter: what :func:`judge_pair` says."""
+    judged = judge_pair(request.older.content, request.newer.content)
+    if judged is None:
+        return CorrectionAnswer(verdict=ConfirmVerdict.UNRELATED, reason="offline rules")
+    verdict, why = judged
+    return CorrectionAnswer(
+        verdict=(
+            ConfirmVerdict.SUPERSEDES if verdict is Verdict.SUPERSEDE else ConfirmVerdict.CONFLICT
+        ),
+        reason=f"offline rules: {why}",
+    )
+
+
+def apply_confirmation(proposal: Supersession, answer: CorrectionAnswer) -> Supersession | None:
+    """A proposal after the model's answer. The model confirms or weakens, never strengthens:
+    a supersession it confirms stands; a conflict stays a conflict even if it says
+    ``supersedes`` (the rule's evidence was not precise enough to hide a memory on a model's
+    word alone); ``unrelated`` drops the proposal."""
+    said = answer.reason.strip()[:300] or "no reason given"
+    if answer.verdict is ConfirmVerdict.UNRELATED:
+        return None
+    if answer.verdict is ConfirmVerdict.SUPERSEDES and proposal.verdict is Verdict.SUPERSEDE:
+        return proposal.model_copy(update={"reason": f"{proposal.reason}; confirmed: {said}"})
+    return proposal.model_copy(
+        update={"verdict": Verdict.CONFLICT, "reason": f"{proposal.reason}; model: {said}"}
+    )
+
+
+def unconfirmed(proposal: Supersession, why: str) -> Supersession:
+    """A proposal the model could not be asked about: both memories stay, as a conflict."""
+    return proposal.model_copy(
+        update={
+            "verdict": Verdict.CONFLICT,
+            "reason": f"{proposal.reason}; not confirmed ({why}): both kept",
+        }
+    )
+
+
+def confirm(
+    llm: CorrectionLLM,
+    new: EpisodicMemory,
+    older: Sequence[EpisodicMemory],
+    proposals: Sequence[Supersession],
+) -> list[Supersession]:
+    """Each proposal after the model's answer (see :func:`apply_confirmation`). Any error of
+    the model keeps both memories as a conflict with the reason: the pair is never lost and
+    nothing is hidden on the rule's word alone."""
+    by_id = {m.id: m for m in older}
+    out: list[Supersession] = []
+    for proposal in proposals:
+        old = by_id.get(proposal.old_id)
+        if old is None:
+            continue
+        request = correction_request(old, new)
+        answer: CorrectionAnswer | None = None
+        failure = ""
+        for _ in range(2):  # a malformed answer gets one retry, as every protocol's does
+            try:
+                answer = llm.confirm_correction(request)
+                break
+            except MalformedLLMOutput as exc:
+                failure = f"malformed answer: {exc}"
+            except LLMError as exc:  # unreachable, refused: a model's failure must not decide
+                failure = f"{type(exc).__name__}: {exc}"
+                break
+        if answer is None:
+            out.append(unconfirmed(proposal, failure[:200]))
+            continue
+        kept = apply_confirmation(proposal, answer)
+        if kept is not None:
+            out.append(kept)
+    return out

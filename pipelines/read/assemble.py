@@ -48,7 +48,13 @@ from pipelines.read.focus import (
     FocusLLM,
     decide_focus,
 )
-from pipelines.read.recall import Candidate, Recallers, RecallScope, start_recall
+from pipelines.read.recall import (
+    Candidate,
+    Recallers,
+    RecallScope,
+    conflict_note,
+    start_recall,
+)
 from pipelines.read.request import ContextRequest
 from pipelines.read.rerank import RerankLLM, term_set
 from pipelines.read.retrieve import KnowledgeCandidate, RetrievalResult, retrieve
@@ -363,11 +369,12 @@ def memory_items(
     episodes = []
     for candidate in candidates:
         memory = candidate.memory
-        versions = tuple(v.content for v in sorted(memory.versions, key=lambda v: v.level))
+        note = conflict_note(memory.conflicts)
+        versions = tuple(v.content + note for v in sorted(memory.versions, key=lambda v: v.level))
         episodes.append(
             ContextItem(
                 id=memory.id,
-                text=memory.content,
+                text=memory.content + note,
                 prefix=f"[{memory.timestamp:%Y-%m-%d %H:%M}] ",
                 timestamp=memory.timestamp,
                 type=memory.type,

@@ -45,6 +45,32 @@ class MemoryVersion(BaseModel):
     content: str = Field(min_length=1)
 
 
+class ConflictingStatement(BaseModel):
+    """A live memory that may disagree with the one it is attached to (both were kept:
+    ``pipelines.own.contradict``); the context shows the two side by side with their dates."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    content: str
+    timestamp: datetime
+
+
+# How many conflicting statements one item shows: the newest; a memory in many conflicts is
+# rare (each needs the rule's signs), and each shown costs its own tokens.
+CONFLICTS_SHOWN = 2
+
+
+def conflict_note(conflicts: Sequence[ConflictingStatement]) -> str:
+    """The statements that may disagree with an item, with their dates, to follow its text:
+    both were kept, and the agent sees which was said when."""
+    if not conflicts:
+        return ""
+    newest = sorted(conflicts, key=lambda c: (c.timestamp, c.id), reverse=True)[:CONFLICTS_SHOWN]
+    shown = "; ".join(f"[{c.timestamp:%Y-%m-%d}] {c.content}" for c in newest)
+    return f" (conflicts with, both kept: {shown})"
+
+
 class MemoryView(BaseModel):
     """What the read path needs of a stored memory."""
 
@@ -60,6 +86,7 @@ class MemoryView(BaseModel):
     versions: tuple[MemoryVersion, ...] = ()
     task_id: str | None = None
     session_id: str | None = None
+    conflicts: tuple[ConflictingStatement, ...] = ()
 
 
 class RecallScope(BaseModel):

@@ -123,16 +123,18 @@ def test_two_weeks_of_a_project_through_real_workers(client, workers, db, settin
         if not any(k.endswith("_created") for k in stats):
             break
 
-    # then sessions became L1 summaries, the first week's L1 rows an L2 summary; failed
-    # summaries were rolled back and retried as new versions, then annotate-only
+    # then sessions became L1 summaries, the first week's L1 rows an L2 summary, each kept
+    # at its first check: no rollback, no retry, nothing resistant (the rollback and retry
+    # path is driven by a lossy compressor in tests/workers/cognition/test_sweeps.py)
     levels = dict(
         db.execute("SELECT level || ':' || status, count(*) FROM memories GROUP BY 1").fetchall()
     )
     assert levels.get("1:stored", 0) > 0 and levels.get("2:stored", 0) > 0
-    assert levels.get("1:retired", 0) > 0
-    assert one(db, "SELECT max(version) FROM memories WHERE level = 1") == 4
-    assert one(db, "SELECT count(*) FROM compression_health WHERE resistant") > 0
-    assert one(db, "SELECT count(*) FROM quality_reports WHERE verdict = 'rollback'") > 0
+    assert levels.get("1:retired", 0) == 0
+    assert one(db, "SELECT max(version) FROM memories WHERE level = 1") == 1
+    assert one(db, "SELECT count(*) FROM compression_health WHERE resistant") == 0
+    assert one(db, "SELECT count(*) FROM quality_reports WHERE verdict = 'rollback'") == 0
+    assert one(db, "SELECT count(*) FROM quality_reports WHERE verdict = 'keep'") > 0
     assert one(db, "SELECT count(*) FROM memories WHERE level = 0 AND status = 'stored'") == stored
     figures = one(
         db,

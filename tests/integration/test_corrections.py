@@ -191,3 +191,99 @@ def test_a_preference_stated_three_times_is_corrected(client, workers, db) -> No
     assert history.current_id == spaces
     superseded = [e for e in history.events if e.event == "superseded"]
     assert superseded and "automatic" in (superseded[0].reason or "")
+
+    # and the automatic supersession can be undone: the earlier statement is recalled again
+    receipt = client.undo_correction(
+        said[0], tenant_id=TENANT, reason="both hold: tabs in old repositories", actor="dana"
+    )
+    assert (receipt.restored_id, receipt.kept_id, receipt.status) == (said[0], spaces, "restored")
+    assert client.get(said[0], tenant_id=TENANT).status == "stored"
+    assert client.get(spaces, tenant_id=TENANT).status == "stored"
+    wait_for(
+        lambda: (
+            one(db, "SELECT status FROM jobs WHERE kind = 'embed' AND memory_id = %s", said[0])
+            == "done"
+        ),
+        "the restored memory back in the index",
+    )
+    recalled = client.recall("tabs for indentation", tenant_id=TENANT)
+    assert str(said[0]) in {str(hit["id"]) for hit in recalled}
+    again = client.undo_correction(said[0], tenant_id=TENANT, reason="again", actor="dana")
+    assert again.status == "replay"
+    events = [(e.event, e.actor) for e in client.history(said[0], tenant_id=TENANT).events]
+    assert ("restored", "dana") in events
+    # a person's correction is not undone this way, and a live memory has nothing to undo
+    with pytest.raises(Conflict, match="not superseded"):
+        client.undo_correction(spaces, tenant_id=TENANT, reason="x")
+
+
+def test_what_is_not_certain_is_kept_as_a_conflict_and_shown(client, workers, db) -> None:  # type: ignore[no-untyped-def]
+    # given a constraint and a preference
+    workers("owner")
+    constraint = client.record(
+        "关键约束二：认证模块的 JWT 迁移不能影响线上用户会话，必须灰度发布。",
+        tenant_id=TENANT,
+        task_id="auth",
+        session_id="d1",
+        user_id="li",
+        type="decision",
+        timestamp=START,
+    ).memory_id
+    brief = client.record(
+        "Keep the weekly status report brief, in bullet points for the whole team.",
+        tenant_id=TENANT,
+        task_id="auth",
+        session_id="d1",
+        user_id="li",
+        type="preference",
+        timestamp=START + timedelta(minutes=1),
+    ).memory_id
+    client.wait_until_settled([constraint, brief])
+
+    # when the user later asks about the constraint, and states a preference that may
+    # contradict the earlier one
+    question = client.record(
+        "认证模块的JWT迁移有什么约束？",
+        tenant_id=TENANT,
+        task_id="auth",
+        session_id="d9",
+        user_id="li",
+        type="decision",
+        timestamp=START + timedelta(days=8),
+    ).memory_id
+    detailed = client.record(
+        "I want detailed weekly status reports.",
+        tenant_id=TENANT,
+        task_id="auth",
+        session_id="d9",
+        user_id="li",
+        type="preference",
+        timestamp=START + timedelta(days=8, minutes=1),
+    ).memory_id
+    client.wait_until_settled([question, detailed])
+    wait_for(
+        lambda: one(db, "SELECT count(*) = 2 FROM memories WHERE id = ANY(%s) AND linked_at "
+                    "IS NOT NULL", [question, detailed]),
+        "the new memories linked",
+    )  # fmt: skip
+
+    # then nothing is superseded: the question replaces no constraint
+    assert one(db, "SELECT count(*) FROM memories WHERE status = 'corrected'") == 0
+    assert client.get(constraint, tenant_id=TENANT).status == "stored"
+    # and the two preferences are recorded as a conflict, listed by history()
+    assert one(
+        db,
+        "SELECT status FROM memory_conflicts WHERE older_id = %s AND newer_id = %s",
+        brief,
+        detailed,
+    ) == "open"  # fmt: skip
+    events = [(e.event, e.related_id) for e in client.history(brief, tenant_id=TENANT).events]
+    assert ("conflict", detailed) in events
+    # and context() shows both side by side, with their dates
+    context = client.context(
+        "auth", "how should the weekly status report be written", 4000, tenant_id=TENANT,
+        session_id="d10",
+    )  # fmt: skip
+    assert "conflicts with, both kept" in context.text
+    assert "[2026-11-02] Keep the weekly status report brief" in context.text
+    assert "[2026-11-10] I want detailed weekly status reports." in context.text

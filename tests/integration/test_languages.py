@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -145,18 +145,29 @@ def test_two_weeks_in_each_language(client, workers, db, settings, lang: str) ->
     assert levels.get("1:stored", 0) > 0 and levels.get("2:stored", 0) > 0
     figures = quality_figures(db)
 
-    # when the task is complete, its L3 summary is stored (retried by the sweep if rolled back)
+    # when the task is complete, its L3 summary is made and checked
     client.complete_task(spec.tenant, spec.task)
-    for _ in range(5):
-        if one(db, "SELECT count(*) FROM memories WHERE level = 3 AND status = 'stored'"):
-            break
-        settle_quality(db)
-        run_sweep(db, "memory.compress.sweep", "compress", END + timedelta(hours=1))
     wait_for(
-        lambda: one(db, "SELECT count(*) FROM memories WHERE level = 3 AND status = 'stored'"),
-        "the L3 task summary",
+        lambda: one(
+            db,
+            "SELECT count(*) FROM quality_reports q JOIN memories m ON m.id = q.summary_id "
+            "WHERE m.level = 3",
+        ),
+        "the L3 task summary's check",
         90,
     )
+
+    # then its first version survived its check on its own merit, smaller than its sources
+    l3 = db.execute(
+        "SELECT m.version, m.status, q.verdict, q.reason, (m.metadata->>'source_words')::int, "
+        "(m.metadata->>'summary_words')::int, (m.metadata->>'annotate_only')::boolean "
+        "FROM memories m JOIN quality_reports q ON q.summary_id = m.id WHERE m.level = 3"
+    ).fetchall()
+    assert len(l3) == 1, l3
+    version, status, verdict, reason, source_words, summary_words, annotate_only = l3[0]
+    assert (version, status, verdict, reason) == (1, "stored", "keep", "passed")
+    assert not annotate_only and summary_words < source_words
+    figures["l3_ratio"] = round(source_words / summary_words, 3)
 
     # when the nightly consolidation runs
     app.send_task(

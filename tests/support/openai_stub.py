@@ -55,6 +55,7 @@ from workers.adapters.llm_openai import (
     ANNOTATE_PROMPT,
     CAUSAL_PROMPT,
     COMPRESS_PROMPT,
+    CONFIRM_PROMPT,
     DEEP_PROMPT,
     FOCUS_PROMPT,
     JUDGE_PROMPT,
@@ -162,6 +163,7 @@ _COGNITION_PROMPTS = {
     COMPRESS_PROMPT: "compress",
     KNOWLEDGE_PROMPT: "knowledge",
     CAUSAL_PROMPT: "causal",
+    CONFIRM_PROMPT: "confirm",
 }
 
 
@@ -185,6 +187,12 @@ def _cognition_answer(kind: str, user: str) -> str:
         return EpisodicMemory(id=item["id"], content=item["content"], timestamp=when, **scope)
 
     offline = OfflineLLM()
+    if kind == "confirm":
+        from pipelines.own.contradict import CorrectionRequest
+
+        answer = offline.confirm_correction(CorrectionRequest.model_validate(body))
+        reason = f"stub model: {answer.reason}"[:500]
+        return answer.model_copy(update={"reason": reason}).model_dump_json()
     if kind == "knowledge":
         memories = [memory(m) for m in body["memories"]]
         return offline.extract_knowledge(memories).model_dump_json()

@@ -31,6 +31,7 @@ if TYPE_CHECKING:  # background cognition's records
         CompressRequest,
         SummaryOutput,
     )
+    from pipelines.own.contradict import CorrectionAnswer, CorrectionRequest
     from pipelines.records import EpisodicMemory
 
 
@@ -121,3 +122,8 @@ class OfflineLLM:
         from pipelines.cognition.link import propose_causal_offline
 
         return propose_causal_offline(memory, candidates)
+
+    def confirm_correction(self, request: CorrectionRequest) -> CorrectionAnswer:
+        from pipelines.own.contradict import offline_confirmation
+
+        return offline_confirmation(request)

@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # background cognition's records
         CompressRequest,
         SummaryOutput,
     )
+    from pipelines.own.contradict import CorrectionAnswer, CorrectionRequest
     from pipelines.records import EpisodicMemory
 
 _TYPES = ", ".join(member.value for member in MemoryType)
@@ -354,8 +355,33 @@ class OpenAILLM:
         data = self._chat_json(self._model_fast, CAUSAL_PROMPT, user, 0.0)
         return parse_causal(json.dumps(data))
 
+    def confirm_correction(self, request: CorrectionRequest) -> CorrectionAnswer:
+        from pipelines.own.contradict import CorrectionAnswer
+
+        # The instructions are the stable prefix; the two statements come last.
+        user = json.dumps(json.loads(request.model_dump_json()), ensure_ascii=False)
+        data = self._chat_json(self._model_deep, CONFIRM_PROMPT, user, 0.0)
+        try:
+            return CorrectionAnswer.model_validate(data)
+        except ValidationError as exc:
+            raise _schema_error(exc) from None
+
 
 # -- prompts of background cognition -----------------------------------------------------------
+
+CONFIRM_PROMPT = """You check an automatic correction in an agent's long-term memory. An older
+and a newer statement of the same user are given with their dates. If the newer statement
+replaces the older one, the older one is hidden from the agent from now on, so say so only
+when it is certain: the same subject and the same attribute (an owner, a deadline, a
+technology, a setting, a limit, a preference) with a changed value, or an explicit change of
+mind. A question about the older statement, a restatement, an elaboration, a report or
+summary that mentions it, another person's opinion, a different subject sharing words, or a
+rule for another situation replaces nothing. Answer with a JSON object and nothing else:
+{"verdict": "supersedes" | "conflict" | "unrelated", "reason": "one short sentence"}
+supersedes: the newer statement replaces the older one. conflict: they disagree and it is
+not certain which holds (both are kept and shown side by side). unrelated: they do not
+contradict each other."""
+
 
 ANNOTATE_PROMPT = (
     """You annotate segments of an agent's memories before compression. For

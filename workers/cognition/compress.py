@@ -19,13 +19,15 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from pipelines.cognition.compress import CompressionResult, compress_group, plan_groups
-from pipelines.cognition.decay import DecayAction, decide_decay
-from pipelines.cognition.levels import DEFAULT_LEVELS, target_level
-from pipelines.cognition.quality import (
-    CompressionHealth,
-    split_resistant,
+from pipelines.cognition.compress import (
+    CompressionResult,
+    compress_group,
+    compressor_id,
+    plan_groups,
 )
+from pipelines.cognition.decay import DecayAction, decide_decay
+from pipelines.cognition.health import CompressionHealth, plan_compression, split_resistant
+from pipelines.cognition.levels import DEFAULT_LEVELS, target_level
 from pipelines.records import Level
 from workers.clients import Clients
 from workers.cognition.runs import StepOutcome, add_stat, run_id_for, run_step
@@ -92,21 +94,21 @@ def compress_scope(ctx: Clients, tenant_id: str, task_id: str, now: datetime) ->
             health = load_health(conn, [r["id"] for r in rows])
         by_id = {r["id"]: r for r in rows}
         for group in plan_groups([row_to_source(r) for r in rows], level, DEFAULT_LEVELS):
-            normal, resistant = split_resistant(group, health)
-            for part, annotate_only in ((normal, False), (resistant, True)):
+            compressor = compressor_id(ctx.llm)
+            normal, resistant = split_resistant(group, health, compressor)
+            for part in (normal, resistant):
                 if not part:
                     continue
-                failures = max(
-                    (health.get(s.id, CompressionHealth(memory_id=s.id)).failures for s in part),
-                    default=0,
-                )
+                plan = plan_compression(part, health, compressor)
+                annotate_only = plan.annotate_only
                 result = compress_group(
                     part,
                     level,
                     ctx.llm,
-                    version=failures + 1,
+                    version=plan.version,
                     annotate_only=annotate_only,
                     policy=DEFAULT_LEVELS,
+                    attempt=plan.attempt,
                 )
                 try:
                     with ctx.pool.connection() as conn:
@@ -168,16 +170,17 @@ def _task_summary(
     ctx: Clients, rows: list[dict[str, Any]], health: dict[uuid.UUID, CompressionHealth]
 ) -> CompressionResult:
     """The L3 summary of ``rows``: one version past its parents' worst failure count,
-    annotate-only when a parent resists compression (as every level's retry)."""
+    annotate-only when a parent resists this compressor (as every level's retry)."""
     sources = [row_to_source(r) for r in rows]
-    records = [health.get(s.id, CompressionHealth(memory_id=s.id)) for s in sources]
+    plan = plan_compression(sources, health, compressor_id(ctx.llm))
     return compress_group(
         sources,
         Level.L3,
         ctx.llm,
-        version=max(r.failures for r in records) + 1,
-        annotate_only=any(r.resistant for r in records),
+        version=plan.version,
+        annotate_only=plan.annotate_only,
         policy=DEFAULT_LEVELS,
+        attempt=plan.attempt,
     )
 
 

@@ -19,7 +19,7 @@ from pipelines.cognition.link import (
     propose_causal_offline,
     similar_links,
 )
-from pipelines.own.contradict import contradicted
+from pipelines.own.contradict import confirm, contradicted
 from pipelines.records import EpisodicMemory, MemoryStatus
 from workers.clients import Clients
 from workers.cognition.sql import (
@@ -30,6 +30,7 @@ from workers.cognition.sql import (
 from workers.db.jobs import WRITE_JOB, count_due_jobs
 from workers.db.rows import fetch_rows, row_to_memory
 from workers.index.targets import EPISODIC, dense_search_target
+from workers.metrics import count_automatic_corrections
 from workers.own.correct import apply_supersessions
 from workers.publish import publish_quietly
 from workers.queues import TaskName
@@ -143,12 +144,20 @@ def link_memories(ctx: Clients, memory_ids: Sequence[uuid.UUID]) -> dict[str, An
         with ctx.pool.connection() as conn:
             stats["links"] += insert_links(conn, memory.tenant_id, memory.id, list(unique.values()))
         stats["linked"] += 1
-        # A later preference or decision that contradicts an older one supersedes it: the
-        # automatic path of corrections (pipelines.own.contradict).
-        found = contradicted(memory, [c for c in older if c.status == MemoryStatus.STORED])
+        # A later preference or decision that contradicts an older one supersedes it on
+        # precise evidence, or both stay as a conflict (pipelines.own.contradict); with a
+        # model configured the model confirms each proposal first.
+        live = [c for c in older if c.status == MemoryStatus.STORED]
+        found = contradicted(memory, live)
+        if found and ctx.settings.llm_is_remote:
+            found = confirm(ctx.llm, memory, live, found)
         if found:
             with ctx.pool.connection() as conn:
-                stats["superseded"] = stats.get("superseded", 0) + apply_supersessions(conn, found)
+                applied = apply_supersessions(conn, found)
+            stats["superseded"] = stats.get("superseded", 0) + applied["superseded"]
+            stats["conflicts"] = stats.get("conflicts", 0) + applied["conflicts"]
+            count_automatic_corrections("superseded", applied["superseded"])
+            count_automatic_corrections("conflict", applied["conflicts"])
     if stats.get("superseded"):
         publish_quietly(TaskName.SETTLE_OWNERSHIP)
     return stats

@@ -17,9 +17,10 @@ from psycopg.types.json import Jsonb
 from pipelines.cognition.compress import SummaryDraft
 from pipelines.cognition.consolidate import KnowledgeChange
 from pipelines.cognition.decay import EvictionRecord
+from pipelines.cognition.health import CompressionHealth
 from pipelines.cognition.link import LinkKind, MemoryLink
 from pipelines.cognition.protocol import SourceMemory
-from pipelines.cognition.quality import CompressionHealth, QualityOutcome, QualityReport
+from pipelines.cognition.quality import QualityOutcome, QualityReport
 from pipelines.records import EpisodicMemory, Level, SemanticMemory, content_hash
 from pipelines.text.words import word_count
 from workers.db.jobs import EMBED_JOB, UNINDEX_JOB
@@ -68,6 +69,7 @@ def row_to_draft(row: Mapping[str, Any]) -> SummaryDraft:
         compressed_by=str(meta.get("compressed_by", "unknown")),
         malformed_answers=int(meta.get("malformed_answers", 0)),
         kinds=dict(meta.get("kinds", {})),
+        compressor=str(meta.get("compressor", "")),
     )
 
 
@@ -151,10 +153,14 @@ def load_health(
     conn: Connection[Any], ids: Sequence[uuid.UUID]
 ) -> dict[uuid.UUID, CompressionHealth]:
     rows = conn.execute(
-        "SELECT memory_id, failures, resistant FROM compression_health WHERE memory_id = ANY(%s)",
+        "SELECT memory_id, failures, resistant, resistant_to FROM compression_health "
+        "WHERE memory_id = ANY(%s)",
         (list(ids),),
     ).fetchall()
-    return {r[0]: CompressionHealth(memory_id=r[0], failures=r[1], resistant=r[2]) for r in rows}
+    return {
+        r[0]: CompressionHealth(memory_id=r[0], failures=r[1], resistant=r[2], resistant_to=r[3])
+        for r in rows
+    }
 
 
 INSERT_SUMMARY = """
@@ -275,11 +281,14 @@ def record_quality(
             (draft.id,),
         )
         conn.cursor().executemany(
-            "INSERT INTO compression_health (memory_id, tenant_id, failures, resistant) "
-            "VALUES (%s, %s, %s, %s) ON CONFLICT (memory_id) DO UPDATE "
+            "INSERT INTO compression_health (memory_id, tenant_id, failures, resistant, "
+            "resistant_to) VALUES (%s, %s, %s, %s, %s) ON CONFLICT (memory_id) DO UPDATE "
             "SET failures = EXCLUDED.failures, resistant = EXCLUDED.resistant, "
-            "updated_at = now()",
-            [(h.memory_id, draft.tenant_id, h.failures, h.resistant) for h in outcome.health],
+            "resistant_to = EXCLUDED.resistant_to, updated_at = now()",
+            [
+                (h.memory_id, draft.tenant_id, h.failures, h.resistant, h.resistant_to)
+                for h in outcome.health
+            ],
         )
         conn.execute(
             "INSERT INTO jobs (kind, memory_id) VALUES (%s, %s) ON CONFLICT DO NOTHING",

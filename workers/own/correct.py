@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict
 from pipelines.answers import ask_with_fallback
 from pipelines.cognition.knowledge import OfflineKnowledge
 from pipelines.errors import Conflict, InvalidInput, NotFound
-from pipelines.own.contradict import Supersession
+from pipelines.own.contradict import Supersession, Verdict
 from pipelines.own.versions import (
     KnowledgeAction,
     RetiredKnowledge,
@@ -35,7 +35,7 @@ from pipelines.own.versions import (
 )
 from pipelines.write.request import prepare_write
 from workers.clients import Clients
-from workers.db.jobs import claim_jobs
+from workers.db.jobs import EMBED_JOB, claim_jobs
 from workers.db.rows import fetch_rows, row_to_memory
 from workers.own.reach import (
     log_events,
@@ -49,6 +49,8 @@ from workers.write.sql import memory_params
 log = logging.getLogger(__name__)
 
 SETTLE_JOB = "settle"
+# Who the automatic path of corrections acts as, in the event log: what an undo looks for.
+AUTOMATIC_ACTOR = "memharness"
 
 
 class CorrectionReceipt(BaseModel):
@@ -208,11 +210,21 @@ def _refuse(old: Mapping[str, Any], new_id: uuid.UUID) -> CorrectionReceipt | No
     return None
 
 
-def apply_supersessions(conn: Connection[Any], found: Sequence[Supersession]) -> int:
-    """The automatic path: supersessions the link pass found, in one transaction."""
-    applied = 0
+def apply_supersessions(conn: Connection[Any], found: Sequence[Supersession]) -> dict[str, int]:
+    """The automatic path: what the link pass found, in one transaction. A supersession
+    marks the older memory corrected; a conflict keeps both and records the pair (once: a
+    pair a person already settled by an undo stays settled). Counts of each."""
+    applied = {"superseded": 0, "conflicts": 0}
     with conn.transaction():
         for item in found:
+            if item.verdict is Verdict.CONFLICT:
+                applied["conflicts"] += record_conflict(conn, item)
+                continue
+            if conn.execute(
+                "SELECT 1 FROM memory_conflicts WHERE older_id = %s AND newer_id = %s",
+                (item.old_id, item.new_id),
+            ).fetchone():
+                continue  # this pair was settled before (an undo): not again
             row = conn.execute(
                 "SELECT tenant_id, version FROM memories WHERE id = %s AND status = 'stored'",
                 (item.old_id,),
@@ -220,16 +232,138 @@ def apply_supersessions(conn: Connection[Any], found: Sequence[Supersession]) ->
             if row is None:
                 continue
             tenant_id, version = row
-            applied += supersede(
+            applied["superseded"] += supersede(
                 conn,
                 tenant_id,
                 item.old_id,
                 item.new_id,
                 old_version=version,
                 reason=item.reason,
-                actor="memharness",
+                actor=AUTOMATIC_ACTOR,
             )
     return applied
+
+
+def record_conflict(conn: Connection[Any], item: Supersession, *, actor: str = "memharness") -> int:
+    """Record that two live memories may disagree (both kept); logged on both sides. 1 when
+    recorded, 0 when the pair was recorded before or a side is no longer live."""
+    added = conn.execute(
+        "INSERT INTO memory_conflicts (tenant_id, older_id, newer_id, reason, actor) "
+        "SELECT o.tenant_id, o.id, n.id, %s, %s FROM memories o JOIN memories n "
+        "ON n.id = %s AND n.tenant_id = o.tenant_id AND n.status IN ('stored', 'pending') "
+        "WHERE o.id = %s AND o.status = 'stored' ON CONFLICT DO NOTHING RETURNING tenant_id",
+        (item.reason[:2000], actor, item.new_id, item.old_id),
+    ).fetchone()
+    if added is None:
+        return 0
+    log_events(
+        conn,
+        added[0],
+        "conflict",
+        [item.old_id],
+        reason=item.reason,
+        actor=actor,
+        related_id=item.new_id,
+    )
+    log_events(
+        conn,
+        added[0],
+        "conflict",
+        [item.new_id],
+        reason=item.reason,
+        actor=actor,
+        related_id=item.old_id,
+    )
+    return 1
+
+
+class UndoReceipt(BaseModel):
+    """``restored_id`` is live again beside ``kept_id``, the memory that had superseded it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    restored_id: uuid.UUID
+    kept_id: uuid.UUID
+    status: str  # "restored", or "replay" when it was restored before
+
+
+def undo_supersession(
+    conn: Connection[Any], memory_id: object, *, tenant_id: str, reason: object, actor: object
+) -> UndoReceipt:
+    """Undo an automatic supersession: the superseded memory is live again (re-indexed by an
+    ``embed`` job), the memory that superseded it stays, and the pair is kept as settled so
+    the rule does not propose it again. Only automatic supersessions are undone this way: a
+    person's correction is changed by correcting again. Raises :class:`InvalidInput`,
+    :class:`NotFound` or :class:`Conflict`."""
+    old_id = check_memory_id(memory_id)
+    why = check_reason("reason", reason)
+    who = check_reason("actor", actor, max_chars=128)
+    with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+        old = cur.execute(
+            "SELECT id, status, corrected_by, level FROM memories "
+            "WHERE id = %s AND tenant_id = %s FOR UPDATE",
+            (old_id, tenant_id),
+        ).fetchone()
+        if old is None:
+            raise NotFound("memory_id", str(old_id))
+        if old["status"] == "stored":
+            kept = cur.execute(
+                "SELECT newer_id FROM memory_conflicts WHERE older_id = %s AND status = 'kept' "
+                "AND tenant_id = %s ORDER BY updated_at DESC LIMIT 1",
+                (old_id, tenant_id),
+            ).fetchone()
+            if kept is not None:
+                return UndoReceipt(restored_id=old_id, kept_id=kept["newer_id"], status="replay")
+            raise Conflict("memory_id", "is not superseded: there is nothing to undo")
+        if old["status"] != "corrected" or old["corrected_by"] is None:
+            raise Conflict(
+                "memory_id", f"is {old['status']}: only a superseded memory can be restored"
+            )
+        event = cur.execute(
+            "SELECT actor FROM memory_events WHERE memory_id = %s AND event = 'superseded' "
+            "AND related_id = %s ORDER BY at DESC LIMIT 1",
+            (old_id, old["corrected_by"]),
+        ).fetchone()
+        if event is None or event["actor"] != AUTOMATIC_ACTOR:
+            raise Conflict(
+                "memory_id",
+                "was corrected by a person, not automatically: correct the current version",
+            )
+        new_id = old["corrected_by"]
+        cur.execute(
+            "UPDATE memories SET status = 'stored', corrected_by = NULL, change_reason = NULL, "
+            "updated_at = now() WHERE id = %s",
+            (old_id,),
+        )
+        cur.execute(
+            "UPDATE memories SET supersedes = NULL WHERE id = %s AND supersedes = %s",
+            (new_id, old_id),
+        )
+        cur.execute(
+            "INSERT INTO memory_conflicts (tenant_id, older_id, newer_id, status, reason, actor) "
+            "VALUES (%s, %s, %s, 'kept', %s, %s) ON CONFLICT (older_id, newer_id) DO UPDATE "
+            "SET status = 'kept', reason = EXCLUDED.reason, actor = EXCLUDED.actor, "
+            "updated_at = now()",
+            (tenant_id, old_id, new_id, why, who),
+        )
+        # Back into the index: settling the supersession removed its points.
+        cur.execute(
+            "INSERT INTO jobs (kind, memory_id) VALUES (%s, %s) ON CONFLICT (kind, memory_id) "
+            "DO UPDATE SET status = 'pending', attempts = 0, lease_until = now(), "
+            "updated_at = now()",
+            (EMBED_JOB, old_id),
+        )
+        log_events(conn, tenant_id, "restored", [old_id], reason=why, actor=who, related_id=new_id)
+        log_events(
+            conn,
+            tenant_id,
+            "supersession_undone",
+            [new_id],
+            reason=why,
+            actor=who,
+            related_id=old_id,
+        )
+    return UndoReceipt(restored_id=old_id, kept_id=new_id, status="restored")
 
 
 # -- the owner's part -------------------------------------------------------------------------

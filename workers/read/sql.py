@@ -17,7 +17,13 @@ from psycopg import Connection
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
-from pipelines.read.recall import MemoryVersion, MemoryView, RecallHit, RecallScope
+from pipelines.read.recall import (
+    ConflictingStatement,
+    MemoryVersion,
+    MemoryView,
+    RecallHit,
+    RecallScope,
+)
 from pipelines.read.rewrite import extract_keywords
 from pipelines.read.sparse import feedback_terms
 from pipelines.records import Level, MemoryType
@@ -96,6 +102,21 @@ VERSIONS_SQL = """
           AND s.status = 'stored'
     )
     SELECT origin::text AS origin, level, content FROM chain ORDER BY origin, level
+"""
+
+
+# The live memories each fetched one is in an open conflict with (migration 0011), both
+# directions; probes memory_conflicts' primary key (older_id, ...) and its newer_id index.
+CONFLICTS_SQL = """
+    SELECT c.origin::text AS origin, o.id::text AS id, o.content, o.ts
+    FROM (
+        SELECT older_id AS origin, newer_id AS other FROM memory_conflicts
+        WHERE older_id = ANY(%(ids)s::uuid[]) AND tenant_id = %(tenant)s AND status = 'open'
+        UNION ALL
+        SELECT newer_id, older_id FROM memory_conflicts
+        WHERE newer_id = ANY(%(ids)s::uuid[]) AND tenant_id = %(tenant)s AND status = 'open'
+    ) AS c
+    JOIN memories o ON o.id = c.other AND o.status = 'stored'
 """
 
 
@@ -391,22 +412,32 @@ class PostgresRecall:
     def _read(self, ids: Sequence[str], scope: RecallScope) -> list[MemoryView]:
         params = {**_scope_params(scope), "ids": list(ids)}
         versions: dict[str, list[MemoryVersion]] = {}
+        conflicts: dict[str, list[ConflictingStatement]] = {}
         with (
             self._connection() as conn,
             conn.cursor(row_factory=dict_row) as cur,
             conn.cursor(row_factory=dict_row) as vcur,
+            conn.cursor(row_factory=dict_row) as ccur,
         ):
-            # One round trip for both statements (pipeline mode); the versions of ids the
-            # first one drops are never looked up (views are built from its rows).
+            # One round trip for the three statements (pipeline mode); the versions and
+            # conflicts of ids the first one drops are never used (views are built from its
+            # rows).
             with conn.pipeline():
                 cur.execute(scoped(FETCH_SQL, scope), params)
                 if self._versions_from_rows:
                     vcur.execute(VERSIONS_SQL, {"tenant": scope.tenant_id, "ids": list(ids)})
+                    ccur.execute(CONFLICTS_SQL, {"tenant": scope.tenant_id, "ids": list(ids)})
             rows = cur.fetchall()
             if self._versions_from_rows:
                 for row in vcur.fetchall():
                     versions.setdefault(str(row["origin"]), []).append(
                         MemoryVersion(level=Level(int(row["level"])), content=row["content"])
+                    )
+                for row in ccur.fetchall():
+                    conflicts.setdefault(row["origin"], []).append(
+                        ConflictingStatement(
+                            id=row["id"], content=row["content"], timestamp=row["ts"]
+                        )
                     )
         views = []
         for row in rows:
@@ -427,6 +458,7 @@ class PostgresRecall:
                 versions=tuple(own + chain),
                 task_id=row["task_id"],
                 session_id=row["session_id"],
+                conflicts=tuple(conflicts.get(key, ())),
             )
             views.append(view)
         return views

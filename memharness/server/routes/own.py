@@ -12,7 +12,7 @@ from fastapi.responses import StreamingResponse
 
 from memharness.server.access import Reader, Writer, forbidden, own_tenant, runtime_of
 from memharness.server.keys import Scope
-from memharness.server.models import CorrectBody, ErrorOut, ForgetBody
+from memharness.server.models import CorrectBody, ErrorOut, ForgetBody, UndoBody
 from memharness.server.routes.memories import json_response
 
 router = APIRouter(tags=["ownership"])
@@ -39,6 +39,23 @@ def correct_memory(memory_id: str, payload: CorrectBody, request: Request, key: 
         actor=f"api:{key.prefix}",
         type=payload.type,
         metadata=payload.metadata,
+    )
+    return json_response(receipt.model_dump(mode="json"))
+
+
+@router.post(
+    "/v1/memories/{memory_id}/undo-correction",
+    responses=ERRORS,
+    summary="Undo an automatic supersession: the memory is recalled again",
+)
+def undo_correction(memory_id: str, payload: UndoBody, request: Request, key: Writer) -> Response:
+    """``memory_id`` is the memory the background superseded; it is live again beside the
+    one that superseded it. 409 when it is not superseded, or a person corrected it."""
+    receipt = runtime_of(request).client.undo_correction(
+        memory_id,
+        tenant_id=own_tenant(key, payload.tenant_id),
+        reason=payload.reason,
+        actor=f"api:{key.prefix}",
     )
     return json_response(receipt.model_dump(mode="json"))
 

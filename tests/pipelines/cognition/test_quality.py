@@ -5,11 +5,19 @@ from datetime import UTC, date, datetime, timedelta
 
 import pytest
 
-from pipelines.cognition.compress import SummaryDraft, compress_group
+from pipelines.cognition.compress import SummaryDraft, compress_group, compressor_id
+from pipelines.cognition.health import CompressionHealth, plan_compression, split_resistant
 from pipelines.cognition.levels import LevelPolicy
-from pipelines.cognition.protocol import SourceMemory
+from pipelines.cognition.offline_compress import OFFLINE
+from pipelines.cognition.protocol import (
+    VERBATIM_KINDS,
+    AnnotateRequest,
+    AnnotationBatch,
+    CompressRequest,
+    SourceMemory,
+    SummaryOutput,
+)
 from pipelines.cognition.quality import (
-    CompressionHealth,
     DatedText,
     QualityVerdict,
     TextIndex,
@@ -19,7 +27,6 @@ from pipelines.cognition.quality import (
     check_compression,
     factual_statements,
     sample_statements,
-    split_resistant,
     summarise_run,
 )
 from pipelines.records import Level
@@ -141,7 +148,8 @@ def test_a_faithful_summary_is_kept() -> None:
     assert report.verdict is QualityVerdict.KEEP
     assert report.fact_recall == 1.0
     assert report.decision_fidelity == 1.0
-    assert len(report.statements) == 5
+    # every statement is checked: the six rows that are not chatter
+    assert len(report.statements) == len(factual_statements(ROWS)) == 6
 
 
 def test_a_lossy_summary_is_rolled_back() -> None:
@@ -177,8 +185,48 @@ def test_rollback_counts_failures_and_marks_resistance() -> None:
         assert all(h.failures == expected for h in outcome.health)
     assert all(h.resistant for h in health.values())
     assert set(outcome.newly_resistant) == {r.id for r in rows}
-    normal, resistant = split_resistant([*rows, ROWS[5]], health)
+    # the mark holds for the compressor that failed ("" for a draft that names none)
+    assert all(h.resistant_to == "" for h in health.values())
+    normal, resistant = split_resistant([*rows, ROWS[5]], health, "")
     assert normal == [ROWS[5]] and resistant == rows
+
+
+def test_a_resistant_row_is_tried_again_when_the_compressor_changes() -> None:
+    # given rows whose summaries by one compressor failed three times
+    health: dict[uuid.UUID, CompressionHealth] = {}
+    lossy = LossyCompressor()
+    for _ in range(3):
+        attempt = attempt_compression(ROWS, Level.L1, health, T0, lossy)
+        health = {h.memory_id: h for h in attempt.outcome.health}
+    assert all(h.resists(compressor_id(lossy)) for h in health.values())
+    assert attempt_compression(ROWS, Level.L1, health, T0, lossy).draft.annotate_only
+
+    # when another compressor (here the offline rules) meets them
+    plan = plan_compression(ROWS, health, compressor_id(None))
+    assert not plan.annotate_only
+    split = split_resistant(ROWS, health, compressor_id(None))
+    assert split == (ROWS, [])
+    attempt = attempt_compression(ROWS, Level.L1, health, T0)
+
+    # then it compresses them normally, at the full ratio, as the next version
+    assert plan.version == 4 and plan.attempt == 1
+    assert attempt.draft.version == 4 and not attempt.draft.annotate_only
+    assert attempt.draft.compressor == compressor_id(None)
+    assert attempt.outcome.verdict is QualityVerdict.KEEP
+
+
+def test_a_new_compressor_that_fails_too_marks_the_row_for_itself() -> None:
+    # given rows marked resistant by an older compressor
+    marked = {
+        r.id: CompressionHealth(memory_id=r.id, failures=3, resistant=True, resistant_to="old")
+        for r in ROWS
+    }
+    # when the lossy compressor fails on them once
+    attempt = attempt_compression(ROWS, Level.L1, marked, T0, LossyCompressor())
+    # then they are resistant to it now, and annotate-only next time
+    assert attempt.outcome.verdict is QualityVerdict.ROLLBACK
+    assert all(h.resistant_to == compressor_id(LossyCompressor()) for h in attempt.outcome.health)
+    assert set(attempt.outcome.newly_resistant) == {r.id for r in ROWS}
 
 
 def test_a_report_about_another_summary_is_refused() -> None:
@@ -188,13 +236,28 @@ def test_a_report_about_another_summary_is_refused() -> None:
         apply_quality(check_compression(ROWS[:1], draft), other, {}, T0)
 
 
+class LossyCompressor:
+    """A model that keeps only the verbatim segments: valid answers that lose the outcomes."""
+
+    @property
+    def name(self) -> str:
+        return "lossy"
+
+    def annotate_segments(self, request: AnnotateRequest) -> AnnotationBatch:
+        return OFFLINE.annotate_segments(request)
+
+    def compress_segments(self, request: CompressRequest) -> SummaryOutput:
+        verbatim = {a.index for a in request.annotations if a.kind in VERBATIM_KINDS}
+        text = "\n".join(s.text for s in request.segments if s.index in verbatim)
+        return SummaryOutput(text=text or "nothing", kept_verbatim=sorted(verbatim))
+
+
 def test_attempts_get_gentler_then_annotate_only() -> None:
-    # given a strict policy the first attempts cannot pass
-    levels = LevelPolicy(ratio_l1=40)
+    # given a compressor whose summaries cannot pass
     health: dict[uuid.UUID, CompressionHealth] = {}
     versions = []
     for _ in range(6):
-        attempt = attempt_compression(ROWS, Level.L1, health, T0, levels=levels)
+        attempt = attempt_compression(ROWS, Level.L1, health, T0, LossyCompressor())
         versions.append((attempt.draft.version, attempt.draft.annotate_only))
         if attempt.outcome.verdict is QualityVerdict.KEEP:
             break
@@ -212,4 +275,4 @@ def test_run_figures() -> None:
     stats = summarise_run(reports)
     assert stats.checked == 2 and stats.kept == 1 and stats.rolled_back == 1
     assert stats.fact_recall_mean is not None and 0.0 <= stats.fact_recall_mean <= 0.6
-    assert stats.statements_checked == 10
+    assert stats.statements_checked == 12

@@ -1,4 +1,5 @@
-"""The automatic path of corrections: which older memory a new one supersedes."""
+"""The automatic path of corrections: which older memory a new one supersedes, which pairs are
+kept as conflicts, and what a model's confirmation changes."""
 
 from __future__ import annotations
 
@@ -7,7 +8,17 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from pipelines.own.contradict import contradicted, has_correction_cue
+from pipelines.errors import MalformedLLMOutput, TransientLLMError
+from pipelines.own.contradict import (
+    ConfirmVerdict,
+    CorrectionAnswer,
+    CorrectionRequest,
+    Verdict,
+    confirm,
+    contradicted,
+    has_correction_cue,
+    judge_pair,
+)
 from pipelines.records import EpisodicMemory, Level
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
@@ -55,7 +66,31 @@ def test_a_later_opposite_statement_on_the_same_topic_supersedes(
     [found] = contradicted(later, [earlier])
 
     assert (found.old_id, found.new_id) == (earlier.id, later.id)
+    assert found.verdict is Verdict.SUPERSEDE
     assert found.reason.startswith("automatic:")
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        # a single value changed, with or without a cue
+        ("The auth module deadline is May 3.", "The auth module deadline is May 10."),
+        ("支付模块负责人是张工。", "支付模块负责人改为李工。"),
+        ("上线时间定在 5 月 3 日。", "上线时间推迟到 5 月 10 日。"),
+        (
+            "The API rate limit is 100 requests per minute.",
+            "The API rate limit is now 200 requests per minute.",
+        ),
+        # the same statement negated
+        (
+            "We will migrate to Kubernetes this quarter.",
+            "We will not migrate to Kubernetes this quarter.",
+        ),
+    ],
+)
+def test_a_changed_value_of_the_same_thing_supersedes(old: str, new: str) -> None:
+    [found] = contradicted(memory(new, "decision", minute=5), [memory(old, "decision")])
+    assert found.verdict is Verdict.SUPERSEDE
 
 
 @pytest.mark.parametrize(
@@ -85,6 +120,62 @@ def test_what_does_not_contradict_is_left_alone(old: str, new: str) -> None:
     assert contradicted(memory(new, kind, minute=5), [memory(old, kind)]) == []
 
 
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        # a question about the earlier statement (seen superseding a day-1 constraint)
+        (
+            "关键约束二：认证模块的 JWT 迁移不能影响线上用户会话，必须灰度发布。",
+            "认证模块的JWT迁移有什么约束？",
+        ),
+        ("The auth module deadline is May 3.", "Is the auth module deadline still May 3?"),
+        # an unrelated turn of a chat (seen superseding a hike and a campfire)
+        (
+            "Melanie: We roasted marshmallows around the campfire and then went on a hike.",
+            "Melanie: Nope, never been to something like that. What was it about?",
+        ),
+        # copies and elaborations
+        (
+            "Remind me to renew the TLS certificate on Friday.",
+            "Remind me to renew the TLS certificate on Friday.",
+        ),
+        ("提醒：周五前续签 TLS 证书。", "提醒：周五前续签TLS证书，别忘了。"),
+        (
+            "We use PostgreSQL for the orders database.",
+            "We use PostgreSQL for the orders database, with a read replica.",
+        ),
+        # another speaker
+        (
+            "Dana: I think we should use Kafka for the event bus.",
+            "Lee: I think we should use RabbitMQ for the event bus.",
+        ),
+        # an agreement, worded the other way round
+        ("周报请用简洁的要点式。", "周报不要写太长，要简洁。"),
+        # a report that mentions it
+        (
+            "We decided the release date is May 3.",
+            "Weekly update: the release date is May 10, the billing rewrite started, QA found "
+            "two bugs, and the team offsite moved to June.",
+        ),
+    ],
+)
+def test_questions_copies_other_speakers_and_reports_supersede_nothing(old: str, new: str) -> None:
+    found = contradicted(memory(new, "decision", minute=5), [memory(old, "decision")])
+    assert [f for f in found if f.verdict is Verdict.SUPERSEDE] == []
+
+
+def test_weaker_signs_keep_both_as_a_conflict() -> None:
+    earlier = memory(
+        "Keep the weekly status report brief, in bullet points for the whole team.", "preference"
+    )
+    later = memory("I want detailed weekly status reports.", "preference", minute=5)
+
+    [found] = contradicted(later, [earlier])
+
+    assert found.verdict is Verdict.CONFLICT
+    assert "may state the opposite" in found.reason
+
+
 def test_only_earlier_episodes_of_the_same_user_and_a_correctable_type_count() -> None:
     new = memory("I want detailed answers.", minute=5)
     candidates = [
@@ -104,7 +195,7 @@ def test_correction_cues_in_both_languages() -> None:
     assert not has_correction_cue("We use spaces")
 
 
-def test_the_conflicting_sentence_of_a_longer_note_still_supersedes() -> None:
+def test_a_report_stating_a_correction_plainly_makes_a_conflict_not_a_supersession() -> None:
     earlier = memory("We decided to use PostgreSQL for storage.", "decision")
     later = memory(
         "Meeting notes from Tuesday. Actually we decided to use MySQL for storage instead. "
@@ -116,3 +207,74 @@ def test_the_conflicting_sentence_of_a_longer_note_still_supersedes() -> None:
     [found] = contradicted(later, [earlier])
 
     assert found.old_id == earlier.id
+    assert found.verdict is Verdict.CONFLICT
+    assert found.reason.startswith("automatic: a later decision a report")
+
+
+class Model:
+    """A CorrectionLLM answering from a script: a verdict, or an exception to raise."""
+
+    name = "scripted"
+
+    def __init__(self, *answers: ConfirmVerdict | Exception) -> None:
+        self.answers = list(answers)
+        self.asked: list[CorrectionRequest] = []
+
+    def confirm_correction(self, request: CorrectionRequest) -> CorrectionAnswer:
+        self.asked.append(request)
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return CorrectionAnswer(verdict=answer, reason="scripted")
+
+
+def _proposal() -> tuple[EpisodicMemory, EpisodicMemory]:
+    return (
+        memory("The auth module deadline is May 3.", "decision"),
+        memory("The auth module deadline is May 10.", "decision", minute=5),
+    )
+
+
+@pytest.mark.parametrize(
+    ("answers", "expected"),
+    [
+        ((ConfirmVerdict.SUPERSEDES,), Verdict.SUPERSEDE),
+        ((ConfirmVerdict.CONFLICT,), Verdict.CONFLICT),
+        ((ConfirmVerdict.UNRELATED,), None),
+        # one retry on a malformed answer, as every protocol gets
+        ((MalformedLLMOutput("invalid JSON"), ConfirmVerdict.SUPERSEDES), Verdict.SUPERSEDE),
+        # no answer: both stay, never a supersession on the rule's word alone
+        ((MalformedLLMOutput("x"), MalformedLLMOutput("y")), Verdict.CONFLICT),
+        ((TransientLLMError("LLM timeout"),), Verdict.CONFLICT),
+    ],
+)
+def test_the_model_confirms_or_weakens_each_proposal(
+    answers: tuple[ConfirmVerdict | Exception, ...], expected: Verdict | None
+) -> None:
+    old, new = _proposal()
+    proposals = contradicted(new, [old])
+    model = Model(*answers)
+
+    confirmed = confirm(model, new, [old], proposals)
+
+    assert [c.verdict for c in confirmed] == ([expected] if expected else [])
+    assert model.asked[0].older.content == old.content
+    assert model.asked[0].newer.date == "2026-11-01"
+    if expected is Verdict.CONFLICT:
+        assert "both kept" in confirmed[0].reason or "model:" in confirmed[0].reason
+
+
+def test_the_model_cannot_turn_a_conflict_into_a_supersession() -> None:
+    earlier = memory(
+        "Keep the weekly status report brief, in bullet points for the whole team.", "preference"
+    )
+    later = memory("I want detailed weekly status reports.", "preference", minute=5)
+    proposals = contradicted(later, [earlier])
+
+    [kept] = confirm(Model(ConfirmVerdict.SUPERSEDES), later, [earlier], proposals)
+
+    assert kept.verdict is Verdict.CONFLICT
+
+
+def test_the_offline_confirmation_is_the_rule_itself() -> None:
+    assert judge_pair("I like brief answers.", "I like brief answers.") is None

@@ -16,6 +16,7 @@ from pipelines.cognition.knowledge import extract_offline
 from pipelines.cognition.link import propose_causal_offline
 from pipelines.cognition.protocol import SourceMemory
 from pipelines.errors import TransientLLMError
+from pipelines.own.contradict import Verdict, confirm, contradicted
 from pipelines.ports import LLM
 from pipelines.records import EpisodicMemory, Level
 from pipelines.text.words import word_count
@@ -134,3 +135,51 @@ def test_a_server_error_is_transient(llm: LLM, stub: OpenAIStub) -> None:
     stub.control("http503")
     with pytest.raises(TransientLLMError):
         llm.extract_knowledge(memories())
+
+
+def _deadline_pair() -> tuple[EpisodicMemory, EpisodicMemory]:
+    old, new = (
+        EpisodicMemory(
+            id=uuid.uuid4(),
+            tenant_id="acme",
+            task_id="auth",
+            session_id="s1",
+            timestamp=WHEN + timedelta(days=day),
+            type="decision",
+            content=text,
+        )
+        for day, text in (
+            (0, "The auth module deadline is May 3."),
+            (6, "The auth module deadline is May 10."),
+        )
+    )
+    return old, new
+
+
+@pytest.mark.parametrize(
+    ("mode", "verdict", "said"),
+    [
+        ("ok", Verdict.SUPERSEDE, "confirmed: stub model: offline rules"),
+        ("bad_schema", Verdict.CONFLICT, "not confirmed (malformed answer"),
+        ("invalid_json", Verdict.CONFLICT, "not confirmed (malformed answer"),
+        ("http503", Verdict.CONFLICT, "not confirmed (TransientLLMError"),
+    ],
+)
+def test_a_correction_is_confirmed_by_the_model_or_both_are_kept(
+    llm: LLM, stub: OpenAIStub, mode: str, verdict: Verdict, said: str
+) -> None:
+    # given the rule's proposal on a moved deadline
+    old, new = _deadline_pair()
+    proposals = contradicted(new, [old])
+    assert [p.verdict for p in proposals] == [Verdict.SUPERSEDE]
+    if mode != "ok":
+        stub.control(mode)
+
+    # when the model is asked to confirm it
+    [answer] = confirm(llm, new, [old], proposals)
+
+    # then it supersedes only on the model's word; without an answer both stay
+    assert answer.verdict is verdict
+    assert said in answer.reason
+    [request, *_] = stub.stats()["requests"]
+    assert request["kind"] == "confirm"
