@@ -285,9 +285,47 @@ def test_cognition_scores_every_labeled_correction_pair_offline(capsys) -> None:
         assert by_id[wrong["id"]]["label"] == "keep"
         assert by_id[wrong["id"]]["category"] == wrong["category"]
     assert len(rules["wrong_supersessions"]) == rules["by_lang"]["all"]["wrong_supersessions"]
-    # the model's part runs when the rule offers a confirmation, and says so when it does not
-    assert "llm" in offline["confirmed"] or "not available" in offline["confirmed"]["status"]
-    assert offline["llm_calls"]["tokens_in"] == 0
+    # and the offline adapter was asked to confirm each proposal, once
+    assert offline["confirmed"]["llm"] == "offline"
+    assert offline["confirmed"]["by_lang"]["all"]["pairs"] == len(labeled)
+    calls = offline["llm_calls"]
+    assert calls["calls_by_method"] == {"confirm_correction": offline["proposed"]}
+    assert calls["tokens_in"] == 0 and calls["failed_calls"] == 0
+
+
+def test_cognition_measures_the_model_beside_the_rules_over_http(monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    from config import get_settings
+    from memharness.bench.cognition import run
+    from tests.support.openai_stub import serve_stub
+
+    with serve_stub() as stub:
+        # given the settings of an OpenAI-compatible model (the stub) whose server fails
+        for key, value in stub.worker_env().items():
+            monkeypatch.setenv(key, value)
+        get_settings.cache_clear()
+        stub.control("http500")
+        try:
+            # when the bench runs with --llm openai
+            assert run(llm="openai", sections=["corrections"]) == 0
+        finally:
+            monkeypatch.undo()
+            get_settings.cache_clear()
+        asked = stub.count("chat")
+    result = last_json(capsys)
+
+    # then the rules and the model are both reported, the model's calls counted and timed
+    runs = result["sections"]["corrections"]
+    assert set(runs) == {"offline", "openai"} and result["models"]["openai"].startswith("openai:")
+    model = runs["openai"]
+    assert model["rules"] == runs["offline"]["rules"]
+    calls = model["llm_calls"]
+    assert calls["calls"] == calls["failed_calls"] == asked == model["proposed"] > 0
+    assert float(calls["latency_p95_ms"]) >= float(calls["latency_p50_ms"]) > 0
+    assert calls["tokens_in"] is None and "usage" in calls["tokens_note"]
+    # a model that fails supersedes nothing: every proposal is kept as a conflict
+    confirmed = model["confirmed"]["by_lang"]["all"]
+    assert confirmed["superseded"] == 0
+    assert sum(confirmed["conflicts"].values()) == model["proposed"]
 
 
 def test_cognition_reports_an_absent_section_and_refuses_an_unknown_one(capsys) -> None:  # type: ignore[no-untyped-def]

@@ -14,13 +14,13 @@ content "speaker: text" (Chinese "speaker：text") when the pair names a speaker
 pair gives, the same user unless ``user_id`` says otherwise, the newer ``days_apart`` days
 (and an hour) after the older. Then:
 
-* rules: ``pipelines.own.contradict.contradicted(new, [old])``, the pure rule. A proposal
+* rules: ``pipelines.own.contradicted(new, [old])``, the pure rule. A proposal
   whose ``verdict`` is SUPERSEDE is an automatic supersession; CONFLICT keeps both and is
-  counted as a recorded conflict. A rule without verdicts supersedes every proposal.
-* confirmed: when the rule module offers ``confirm(llm, new, older, proposals)``, the model
-  port confirms each proposal (one ``confirm_correction`` call each, pairs without a proposal
-  cost nothing), and the confirmed verdicts are scored the same way. A call that fails
-  (:class:`pipelines.errors.LLMError`) keeps both memories and is counted with its reason.
+  counted as a recorded conflict.
+* confirmed: ``pipelines.own.contradict.confirm(llm, new, [old], proposals)``, the model
+  port's answer on each proposal (one ``confirm_correction`` call each; pairs without a
+  proposal cost nothing), scored the same way. A model may only weaken a proposal, and one
+  that fails keeps both memories as a conflict (the runner counts the failed calls).
 
 Scored per language: supersession precision and recall (predicted = SUPERSEDE, gold = the
 label "supersede"), conflicts per label, the wrong supersessions by id and category, and a
@@ -33,14 +33,13 @@ import json
 import sys
 import uuid
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from pipelines.errors import LLMError
-from pipelines.own import contradict
+from pipelines.own.contradict import Supersession, Verdict, confirm, contradicted
 from pipelines.ports import LLM
 from pipelines.records import ID_NAMESPACE, EpisodicMemory, MemoryStatus, MemoryType
 
@@ -114,18 +113,11 @@ def load_pairs(data_dir: Path) -> list[Pair]:
     return pairs
 
 
-def _verdict(proposal: object) -> str:
-    """SUPERSEDE or CONFLICT of one proposal; a rule without verdicts supersedes."""
-    value = getattr(proposal, "verdict", SUPERSEDE)
-    return str(getattr(value, "value", value)).lower()
-
-
-def decision_of(pair: Pair, proposals: Sequence[object]) -> str:
+def decision_of(pair: Pair, proposals: Sequence[Supersession]) -> str:
     """What happens to the pair's older memory: superseded, kept with a recorded conflict,
     or kept."""
-    mine = [p for p in proposals if getattr(p, "old_id", pair.older.id) == pair.older.id]
-    verdicts = {_verdict(p) for p in mine}
-    if SUPERSEDE in verdicts:
+    verdicts = {p.verdict for p in proposals if p.old_id == pair.older.id}
+    if Verdict.SUPERSEDE in verdicts:
         return SUPERSEDE
     return CONFLICT if verdicts else KEEP
 
@@ -204,7 +196,7 @@ def _headline(name: str, scored: dict[str, Any]) -> dict[str, Any]:
 
 def run(llm: LLM, data_dir: Path) -> dict[str, Any]:
     pairs = load_pairs(data_dir)
-    proposals = {p.id: contradict.contradicted(p.newer, [p.older]) for p in pairs}
+    proposals = {p.id: contradicted(p.newer, [p.older]) for p in pairs}
     rules = score(pairs, {p.id: decision_of(p, proposals[p.id]) for p in pairs})
     print(table("rules", rules), file=sys.stderr, flush=True)
     result: dict[str, Any] = {
@@ -214,26 +206,14 @@ def run(llm: LLM, data_dir: Path) -> dict[str, Any]:
         "rules": rules,
         "headline": _headline("rules", rules),
     }
-    confirm: Callable[..., Sequence[object]] | None = getattr(contradict, "confirm", None)
-    if confirm is None:
-        result["confirmed"] = {"status": "not available: pipelines.own.contradict has no confirm"}
-        return result
-    decisions: dict[str, str] = {}
-    errors: Counter[str] = Counter()
-    for pair in pairs:
-        found = proposals[pair.id]
-        if not found:
-            decisions[pair.id] = KEEP
-            continue
-        try:
-            decisions[pair.id] = decision_of(pair, confirm(llm, pair.newer, [pair.older], found))
-        except LLMError as exc:  # a failed confirmation keeps both memories
-            decisions[pair.id] = KEEP
-            errors[f"{type(exc).__name__}: {exc}"] += 1
+    decisions = {
+        pair.id: decision_of(pair, confirm(llm, pair.newer, [pair.older], proposals[pair.id]))
+        if proposals[pair.id]
+        else KEEP
+        for pair in pairs
+    }
     confirmed = score(pairs, decisions)
     confirmed["llm"] = llm.name
-    confirmed["errors"] = sum(errors.values())
-    confirmed["error_reasons"] = dict(errors.most_common(5))
     print(table(f"confirmed by {llm.name}", confirmed), file=sys.stderr, flush=True)
     result["confirmed"] = confirmed
     result["headline"].update(_headline("confirmed", confirmed))
