@@ -11,6 +11,7 @@ from pathlib import Path
 
 from config import get_settings
 from memharness.bench.api import register_bench as register_api_bench
+from memharness.bench.cognition import register_bench as register_cognition_bench
 from memharness.bench.embedders import EMBEDDERS
 from memharness.bench.forget import register_bench as register_forget_bench
 from memharness.bench.retrieval_latency import register_bench as register_latency
@@ -239,6 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
     register_latency(bench)
     register_api_bench(bench)
     register_forget_bench(bench)
+    register_cognition_bench(bench)
     p.set_defaults(func=_cmd_bench)
 
     register_checkpoints(sub)

@@ -243,3 +243,130 @@ def test_retrieval_latency_reports_in_process_and_end_to_end_keys(
     assert run_["e2e_calls"] == 30 and run_["e2e_under_writes_calls"] == 30
     assert run_["e2e_during_rebuild_calls"] >= 1
     assert float(run_["e2e_under_writes_records_per_s"]) > 50
+
+
+def test_cognition_scores_every_labeled_correction_pair_offline(capsys) -> None:  # type: ignore[no-untyped-def]
+    from memharness.bench.cognition import DEFAULT_DATA_DIR
+    from memharness.cli import build_parser
+
+    # given the labeled pairs
+    lines = (DEFAULT_DATA_DIR / "corrections.jsonl").read_text(encoding="utf-8").splitlines()
+    labeled = [json.loads(line) for line in lines if line.strip()]
+
+    # when the bench runs its corrections section offline through the CLI
+    args = build_parser().parse_args(["bench", "cognition", "--sections", "corrections"])
+    assert args.func(args) == 0
+    result = last_json(capsys)
+
+    # then every pair was scored by the rules, per language, and the figures add up
+    assert result["llm"] == "offline" and set(result["sections"]) == {"corrections"}
+    corrections = result["sections"]["corrections"]
+    assert set(corrections) == {"offline"}
+    offline = corrections["offline"]
+    assert offline["pairs"] == offline["scored"] == len(labeled)
+    rules = offline["rules"]
+    for lang in ("en", "zh"):
+        figures = rules["by_lang"][lang]
+        assert figures["pairs"] == sum(row["lang"] == lang for row in labeled)
+        assert figures["superseded"] == (
+            figures["correct_supersessions"] + figures["wrong_supersessions"]
+        )
+        for key in ("precision", "recall"):
+            assert figures[key] is None or 0.0 <= figures[key] <= 1.0, (lang, key)
+        assert set(figures["conflicts"]) == {"supersede", "keep"}
+        assert result["headline"][f"corrections.offline.rules_recall_{lang}"] == figures["recall"]
+    assert rules["by_lang"]["all"]["pairs"] == len(labeled)
+    cells = [
+        cell for row in rules["per_category"].values() for k, cell in row.items() if k != "label"
+    ]
+    assert sum(cell["pairs"] for cell in cells) == len(labeled)
+    by_id = {row["id"]: row for row in labeled}
+    for wrong in rules["wrong_supersessions"]:
+        assert by_id[wrong["id"]]["label"] == "keep"
+        assert by_id[wrong["id"]]["category"] == wrong["category"]
+    assert len(rules["wrong_supersessions"]) == rules["by_lang"]["all"]["wrong_supersessions"]
+    # and the offline adapter was asked to confirm each proposal, once
+    assert offline["confirmed"]["llm"] == "offline"
+    assert offline["confirmed"]["by_lang"]["all"]["pairs"] == len(labeled)
+    calls = offline["llm_calls"]
+    assert calls["calls_by_method"] == {"confirm_correction": offline["proposed"]}
+    assert calls["tokens_in"] == 0 and calls["failed_calls"] == 0
+
+
+def test_cognition_measures_the_model_beside_the_rules_over_http(monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    from config import get_settings
+    from memharness.bench.cognition import run
+    from tests.support.openai_stub import serve_stub
+
+    with serve_stub() as stub:
+        # given the settings of an OpenAI-compatible model (the stub) whose server fails
+        for key, value in stub.worker_env().items():
+            monkeypatch.setenv(key, value)
+        get_settings.cache_clear()
+        stub.control("http500")
+        try:
+            # when the bench runs with --llm openai
+            assert run(llm="openai", sections=["corrections"]) == 0
+        finally:
+            monkeypatch.undo()
+            get_settings.cache_clear()
+        asked = stub.count("chat")
+    result = last_json(capsys)
+
+    # then the rules and the model are both reported, the model's calls counted and timed
+    runs = result["sections"]["corrections"]
+    assert set(runs) == {"offline", "openai"} and result["models"]["openai"].startswith("openai:")
+    model = runs["openai"]
+    assert model["rules"] == runs["offline"]["rules"]
+    calls = model["llm_calls"]
+    assert calls["calls"] == calls["failed_calls"] == asked == model["proposed"] > 0
+    assert float(calls["latency_p95_ms"]) >= float(calls["latency_p50_ms"]) > 0
+    assert calls["tokens_in"] is None and "usage" in calls["tokens_note"]
+    # a model that fails supersedes nothing: every proposal is kept as a conflict
+    confirmed = model["confirmed"]["by_lang"]["all"]
+    assert confirmed["superseded"] == 0
+    assert sum(confirmed["conflicts"].values()) == model["proposed"]
+
+
+def test_cognition_reports_an_absent_section_and_refuses_an_unknown_one(capsys) -> None:  # type: ignore[no-untyped-def]
+    from memharness.bench.cognition import run, section_module
+
+    assert section_module("corrections") is not None
+    assert section_module("no_such_section") is None
+    assert run(sections=["telepathy"]) == 2
+    assert "telepathy" in str(last_json(capsys)["error"])
+
+
+def test_the_corrections_set_is_well_formed() -> None:
+    from memharness.bench.cognition import DEFAULT_DATA_DIR
+    from pipelines.records import MemoryType
+
+    lines = (DEFAULT_DATA_DIR / "corrections.jsonl").read_text(encoding="utf-8").splitlines()
+    rows = [json.loads(line) for line in lines if line.strip()]
+    ids = [row["id"] for row in rows]
+    assert len(ids) == len(set(ids))
+    by_lang = {lang: [row for row in rows if row["lang"] == lang] for lang in ("en", "zh")}
+    assert {row["lang"] for row in rows} == {"en", "zh"}
+    categories = {row["category"] for row in rows}
+    # the hard negatives the decision must get right, and the kinds of true correction
+    assert {"question", "restatement", "elaboration", "report", "other_speaker", "agreement",
+            "different_subject", "negation", "conditional", "chat", "preference_changed",
+            "owner_reassigned", "deadline_moved", "technology_replaced",
+            "setting_changed"} <= categories  # fmt: skip
+    for lang, chosen in by_lang.items():
+        assert len(chosen) >= 160, lang
+        assert {row["category"] for row in chosen} == categories, lang
+        supersede = sum(row["label"] == "supersede" for row in chosen) / len(chosen)
+        assert 0.35 <= supersede <= 0.45, (lang, supersede)
+    for category in categories:  # one label per category: a category is a kind of decision
+        assert len({row["label"] for row in rows if row["category"] == category}) == 1, category
+    types = [row[side]["type"] for row in rows for side in ("older", "newer")]
+    assert set(types) <= {member.value for member in MemoryType}
+    assert "observation" in types
+    assert sum(t in {"preference", "decision"} for t in types) / len(types) >= 0.8
+    for row in rows:
+        assert row["label"] in {"supersede", "keep"}, row["id"]
+        assert isinstance(row["days_apart"], int) and row["days_apart"] >= 0, row["id"]
+        for side in ("older", "newer"):
+            assert set(row[side]) == {"content", "type", "speaker", "user_id"}, row["id"]
+            assert row[side]["content"].strip(), row["id"]
