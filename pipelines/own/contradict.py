@@ -254,6 +254,25 @@ def _same_speaker(old: str, new: str) -> tuple[bool, str, str]:
     return True, old_body, new_body
 
 
+_NAMED_RE = re.compile(r"[^\W\d_]")
+
+
+def _names_a_thing(value: str) -> bool:
+    """A value of letters and digits together ("eu-10", "archive-7", "ADR-12", "ledger_3")
+    names a thing of its own: another one is another subject, not a new value."""
+    return any(c.isdigit() for c in value) and bool(_NAMED_RE.search(value))
+
+
+def _one_value_changed(old: frozenset[str], new: frozenset[str]) -> bool:
+    """Without a cue, one value for one value, and none of them naming a thing: "the deadline
+    is May 3" → "May 10". Two changes at once ("archive-3 at 02:03" → "archive-8 at 02:08")
+    or another named thing ("region eu-3" → "region eu-8") speak of another subject."""
+    old_only, new_only = old - new, new - old
+    if len(old_only) != 1 or len(new_only) != 1:
+        return False
+    return not any(_names_a_thing(v) for v in old_only | new_only)
+
+
 def _strong(old: _Statement, new: _Statement) -> str | None:
     """Why ``new`` replaces ``old`` on precise evidence, or None."""
     shared = old.topic & new.topic
@@ -277,7 +296,7 @@ def _strong(old: _Statement, new: _Statement) -> str | None:
     changed = bool(old.topic - new.topic) and bool(new.topic - old.topic)
     if new.cued and (changed or axis):
         return "says it corrects the same statement and changes its value"
-    if longer >= VALUE_LONGER_OVERLAP and values_changed:
+    if longer >= VALUE_LONGER_OVERLAP and _one_value_changed(old.values, new.values):
         return "states another value for the same thing"
     polarity_flip = opposed(old.stance, new.stance) and not old.stance[1] and not new.stance[1]
     if polarity_flip and longer >= NEGATION_LONGER_OVERLAP:

@@ -24,7 +24,8 @@ pytestmark = pytest.mark.integration
 TOPICS = [
     "the ledger migration moved {n} rows of invoices into partition ledger_{n}",
     "Priya approved the canary rollout of webhook retries for region eu-{n}",
-    "we pinned grpcio to version 1.{n}.2 because the arm64 wheel segfaulted",
+    # one pin per runner: the same pin at five versions would be a chain of corrections
+    "we pinned grpcio to version 1.{n}.2 on runner arm-{n} because the arm64 wheel segfaulted",
     "the nightly backup of tenant bucket archive-{n} now runs at 02:{n:02d} UTC",
     "Dana prefers terse standups; decision record ADR-{n} covers the queue split",
 ]

@@ -106,6 +106,15 @@ def test_a_changed_value_of_the_same_thing_supersedes(old: str, new: str) -> Non
         ("I prefer brief answers.", "Please keep answers short."),
         # each holds in its own situation
         ("When reviewing architecture I want detailed answers.", "I like brief answers."),
+        # another named thing, or two values changed at once: another subject
+        (
+            "We decided to run the canary of webhook retries in region eu-10.",
+            "We decided to run the canary of webhook retries in region eu-15.",
+        ),
+        (
+            "We decided the nightly backup of bucket archive-3 runs at 02:03 UTC.",
+            "We decided the nightly backup of bucket archive-8 runs at 02:08 UTC.",
+        ),
         # a long note that agrees in one sentence and is negative in another
         (
             "We decided to keep the outbox in PostgreSQL because it commits with the memory.",
