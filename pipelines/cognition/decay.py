@@ -11,10 +11,13 @@ Retention follows an exponential forgetting curve, R = exp(-t / S), where
 
 What a sweep does with a memory (:func:`decide_decay`), first rule that applies:
 
-1. **evict** when R < 0.05 and importance < 0.5: the memory is logged and removed;
-2. **compress** when R < 0.05 and importance ≥ 0.5: an important memory is never evicted by
-   the curve; it moves one level up the compression ladder instead (at L3 and above, where
-   nothing is left to compress, it is kept);
+1. **evict** when R < 0.05 and importance < 0.5, *and* what it said is redundant: a kept
+   summary covers it (``covered``), or it carries no fact at all (an acknowledgement, chatter;
+   ``carries_fact`` false). The memory is logged and removed from the index;
+2. **compress** when R < 0.05 otherwise: a faded memory that states something no kept summary
+   holds, or an important one, is never evicted by the curve; it is a candidate for the next
+   level of the compression ladder instead (at L3 and above, where nothing is left to
+   compress, it is kept). Low retention alone never deletes a fact;
 3. **promote** L0 → L1 when R < 0.3 and it was not read in the last day; above L0 the same
    rule applies, and the level policy of :mod:`pipelines.compress` must also say the memory
    is old enough for the next level (often-read memories stay fine);
@@ -123,13 +126,18 @@ def decide_decay(
     now: datetime,
     *,
     level_ceiling: Level | None = None,
+    covered: bool = False,
+    carries_fact: bool = True,
     policy: DecayPolicy = DEFAULT_POLICY,
 ) -> DecayDecision:
     """The sweep's verdict on one memory (rules in the module docstring).
 
     ``level_ceiling`` is the level the level policy allows for this memory's age and reads
     (:func:`pipelines.compress.target_level`); ``None`` lets the curve alone decide. It gates
-    promotions above L0 and the compress-instead-of-evict step.
+    promotions above L0 and the compress-instead-of-evict step. ``covered`` says a kept
+    summary of a higher level covers this memory; ``carries_fact`` whether its text states
+    anything at all. The defaults (not covered, a fact) never evict: only a caller that knows
+    the memory is redundant lets the curve delete it.
     """
     elapsed = (now - last_reinforced_at(memory)).total_seconds()
     s = stability_s(memory.importance, memory.access_count, policy)
@@ -144,29 +152,32 @@ def decide_decay(
     # L3 task summaries and L4 knowledge are the top of the ladder for episodes.
     next_level = Level(memory.level + 1) if memory.level < Level.L3 else None
     if r < policy.evict_below_retention:
-        if memory.importance < policy.evict_below_importance:
-            return DecayDecision(
-                action=DecayAction.EVICT,
-                reason=(
-                    f"retention {r:.3f} < {policy.evict_below_retention} and importance "
-                    f"{memory.importance:.2f} < {policy.evict_below_importance}"
-                ),
-                **common,
-            )
+        faded = (
+            f"retention {r:.3f} < {policy.evict_below_retention} and importance "
+            f"{memory.importance:.2f} < {policy.evict_below_importance}"
+        )
+        unimportant = memory.importance < policy.evict_below_importance
+        if unimportant and (covered or not carries_fact):
+            why = "a kept summary covers it" if covered else "it carries no fact"
+            return DecayDecision(action=DecayAction.EVICT, reason=f"{faded}; {why}", **common)
         if next_level is not None:
-            return DecayDecision(
-                action=DecayAction.COMPRESS,
-                target_level=next_level,
-                reason=(
+            if unimportant:
+                reason = f"{faded}, but no kept summary covers it: compressed, not evicted"
+            else:
+                reason = (
                     f"retention {r:.3f} < {policy.evict_below_retention} but importance "
                     f"{memory.importance:.2f} >= {policy.evict_below_importance}: compressed, "
                     "not evicted"
-                ),
-                **common,
+                )
+            return DecayDecision(
+                action=DecayAction.COMPRESS, target_level=next_level, reason=reason, **common
             )
         return DecayDecision(
             action=DecayAction.KEEP,
-            reason=f"retention {r:.3f} is low but an important L{int(memory.level)} is kept",
+            reason=(
+                f"retention {r:.3f} is low but an L{int(memory.level)} that is important or "
+                "that nothing covers is kept"
+            ),
             **common,
         )
     idle = idle_s(memory, now)

@@ -273,6 +273,13 @@ def _one_value_changed(old: frozenset[str], new: frozenset[str]) -> bool:
     return not any(_names_a_thing(v) for v in old_only | new_only)
 
 
+def _topic_changed_beyond(old: _Statement, new: _Statement) -> bool:
+    """Whether words other than the changed value differ on both sides: "the search
+    endpoint's limit is 100" → "the login endpoint's limit is 5" names another endpoint."""
+    values = old.values ^ new.values
+    return bool(old.topic - new.topic - values) and bool(new.topic - old.topic - values)
+
+
 def _strong(old: _Statement, new: _Statement) -> str | None:
     """Why ``new`` replaces ``old`` on precise evidence, or None."""
     shared = old.topic & new.topic
@@ -296,7 +303,11 @@ def _strong(old: _Statement, new: _Statement) -> str | None:
     changed = bool(old.topic - new.topic) and bool(new.topic - old.topic)
     if new.cued and (changed or axis):
         return "says it corrects the same statement and changes its value"
-    if longer >= VALUE_LONGER_OVERLAP and _one_value_changed(old.values, new.values):
+    if (
+        longer >= VALUE_LONGER_OVERLAP
+        and _one_value_changed(old.values, new.values)
+        and not _topic_changed_beyond(old, new)
+    ):
         return "states another value for the same thing"
     polarity_flip = opposed(old.stance, new.stance) and not old.stance[1] and not new.stance[1]
     if polarity_flip and longer >= NEGATION_LONGER_OVERLAP:

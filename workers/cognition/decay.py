@@ -1,5 +1,10 @@
 """Decay (``maintenance`` queue): tenants idle for ``tenant_idle_s`` get their retentions
-stored and their forgotten, unimportant rows evicted (logged, unindexed, row kept).
+stored and their faded, unimportant, redundant rows evicted (logged, unindexed, row kept).
+
+Redundant means a kept summary covers the row (it points at the summary through
+``superseded_by``, and the summary is still ``stored``) or the row carries no fact
+(:func:`pipelines.write.facts.carries_fact`). A faded fact that nothing covers stays: it is
+the compression sweep's to summarise, and the next sweep may evict it once it is covered.
 """
 
 from __future__ import annotations
@@ -11,11 +16,13 @@ from typing import Any
 
 from pipelines.cognition.decay import DecayAction, decide_decay, eviction_record
 from pipelines.cognition.levels import DEFAULT_LEVELS, target_level
+from pipelines.write.facts import carries_fact
 from workers.activity import tenant_is_idle
 from workers.clients import Clients
 from workers.cognition.runs import StepOutcome, add_stat, run_step
 from workers.cognition.sql import (
     apply_decay,
+    kept_summaries,
     stored_rows_after,
     tenants_after,
 )
@@ -30,7 +37,9 @@ def decay_tenant_batch(
     limit = ctx.settings.sweep_batch_size
     with ctx.pool.connection() as conn:
         rows = stored_rows_after(conn, tenant_id, after, limit)
+        summaries = kept_summaries(conn, [r["superseded_by"] for r in rows if r["superseded_by"]])
     evictions = []
+    covers: dict[uuid.UUID, uuid.UUID | None] = {}
     retentions: list[tuple[uuid.UUID, float]] = []
     stats: dict[str, Any] = {}
     for row in rows:
@@ -39,15 +48,28 @@ def decay_tenant_batch(
             continue
         age_s = (now - memory.timestamp).total_seconds()
         ceiling = target_level(age_s, memory.access_count, DEFAULT_LEVELS)
-        decision = decide_decay(memory, now, level_ceiling=ceiling)
+        cover = row["superseded_by"]
+        covered = cover is not None and summaries.get(cover, -1) > memory.level
+        decision = decide_decay(
+            memory,
+            now,
+            level_ceiling=ceiling,
+            covered=covered,
+            carries_fact=carries_fact(memory.content),
+        )
         add_stat(stats, f"decided_{decision.action.value}")
         if decision.action is DecayAction.EVICT:
             evictions.append(eviction_record(memory, decision, now))
+            covers[memory.id] = cover if covered else None
         else:
             retentions.append((memory.id, round(decision.retention, 4)))
     with ctx.pool.connection() as conn:
-        evicted = apply_decay(conn, evictions=evictions, retentions=retentions, run_id=run_id)
+        evicted, skipped = apply_decay(
+            conn, evictions=evictions, covers=covers, retentions=retentions, run_id=run_id
+        )
     add_stat(stats, "evicted", evicted)
+    if skipped:
+        add_stat(stats, "locked_skipped", skipped)
     add_stat(stats, "rows", len(rows))
     last = rows[-1]["id"] if rows else after
     return last, len(rows) < limit, stats

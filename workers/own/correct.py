@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from psycopg import Connection
+from psycopg import Connection, errors
 from psycopg.rows import dict_row
 from pydantic import BaseModel, ConfigDict
 
@@ -35,7 +35,7 @@ from pipelines.own.versions import (
 )
 from pipelines.write.request import prepare_write
 from workers.clients import Clients
-from workers.db.jobs import EMBED_JOB, claim_jobs
+from workers.db.jobs import EMBED_JOB, ClaimedJob, claim_jobs
 from workers.db.rows import fetch_rows, row_to_memory
 from workers.own.reach import (
     log_events,
@@ -391,6 +391,47 @@ def settle_corrections(ctx: Clients, limit: int) -> dict[str, int]:
     done: list[int] = []
     busy: list[int] = []
     touched: set[str] = set()
+    try:
+        _settle_each(ctx, jobs, by_id, now, stats, done, busy, touched)
+    except Exception:
+        # The task is retried: hand back what this pass claimed and did not finish, so the
+        # retry takes it at once instead of waiting for the jobs' lease to run out.
+        finished = set(done)
+        with ctx.pool.connection() as conn:
+            conn.execute(
+                "UPDATE jobs SET status = 'pending', lease_until = now(), updated_at = now() "
+                "WHERE id = ANY(%s) AND status = 'running'",
+                ([j.job_id for j in jobs if j.job_id not in finished],),
+            )
+        raise
+    with ctx.pool.connection() as conn:
+        if done:
+            conn.execute(
+                "UPDATE jobs SET status = 'done', updated_at = now() WHERE id = ANY(%s)", (done,)
+            )
+        if busy:  # a reader is summarising that window: try again in a moment
+            conn.execute(
+                "UPDATE jobs SET status = 'pending', attempts = attempts - 1, "
+                "lease_until = now() + interval '1 second' WHERE id = ANY(%s)",
+                (busy,),
+            )
+    stats["busy"] = len(busy)
+    stats["tenants"] = len(touched)
+    return stats
+
+
+def _settle_each(
+    ctx: Clients,
+    jobs: Sequence[ClaimedJob],
+    by_id: Mapping[uuid.UUID, Mapping[str, Any]],
+    now: datetime,
+    stats: dict[str, int],
+    done: list[int],
+    busy: list[int],
+    touched: set[str],
+) -> None:
+    """One job after another, each in its own transaction; a deadlock (PostgreSQL picked this
+    transaction as the victim) hands that job back as busy instead of failing the batch."""
     for job in jobs:
         row = by_id.get(job.memory_id)
         if row is None:
@@ -409,37 +450,39 @@ def settle_corrections(ctx: Clients, limit: int) -> dict[str, int]:
             busy.append(job.job_id)
             continue
         reason = f"memory {row['id']} was corrected by {row['corrected_by']}"
-        with ctx.pool.connection() as conn, conn.transaction():
-            stale = unwind_summaries(
-                conn, row["tenant_id"], [row["id"]], erase=False, reason=reason, actor="memharness"
-            )
-            knowledge = rederive_knowledge(
-                conn, row["tenant_id"], [row["id"]], erase=False, reason=reason, actor="memharness"
-            )
-            replace_retired(ctx, conn, knowledge[KnowledgeAction.RETIRE.value], now)
-            conn.execute(
-                "UPDATE jobs SET status = 'done', updated_at = now() WHERE id = %s", (job.job_id,)
-            )
+        try:
+            with ctx.pool.connection() as conn, conn.transaction():
+                stale = unwind_summaries(
+                    conn,
+                    row["tenant_id"],
+                    [row["id"]],
+                    erase=False,
+                    reason=reason,
+                    actor="memharness",
+                )
+                knowledge = rederive_knowledge(
+                    conn,
+                    row["tenant_id"],
+                    [row["id"]],
+                    erase=False,
+                    reason=reason,
+                    actor="memharness",
+                )
+                replace_retired(ctx, conn, knowledge[KnowledgeAction.RETIRE.value], now)
+                conn.execute(
+                    "UPDATE jobs SET status = 'done', updated_at = now() WHERE id = %s",
+                    (job.job_id,),
+                )
+        except (errors.DeadlockDetected, errors.SerializationFailure) as exc:
+            log.info("settling %s met a concurrent sweep, handed back: %s", row["id"], exc)
+            busy.append(job.job_id)
+            continue
         if stale:
             purge_points(ctx, stale)
         stats["corrections"] += 1
         stats["stale_summaries"] += len(stale)
         stats["knowledge"] += sum(len(v) for v in knowledge.values())
         touched.add(row["tenant_id"])
-    with ctx.pool.connection() as conn:
-        if done:
-            conn.execute(
-                "UPDATE jobs SET status = 'done', updated_at = now() WHERE id = ANY(%s)", (done,)
-            )
-        if busy:  # a reader is summarising that window: try again in a moment
-            conn.execute(
-                "UPDATE jobs SET status = 'pending', attempts = attempts - 1, "
-                "lease_until = now() + interval '1 second' WHERE id = ANY(%s)",
-                (busy,),
-            )
-    stats["busy"] = len(busy)
-    stats["tenants"] = len(touched)
-    return stats
 
 
 def replace_retired(

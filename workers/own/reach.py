@@ -18,6 +18,7 @@ from psycopg.types.json import Jsonb
 
 from pipelines.own.versions import KnowledgeAction, rederive
 from workers.clients import Clients
+from workers.db.jobs import EMBED_JOB, UNINDEX_JOB
 from workers.read.window import KEY_PREFIX, WorkingMemoryPool
 
 log = logging.getLogger(__name__)
@@ -104,6 +105,7 @@ def unwind_summaries(
             (reason[:2000], hit),
         ).fetchall()
         event = "summary_stale"
+    restore_evicted(conn, tenant_id, hit, keep_out=ids, reason=reason, actor=actor)
     conn.execute(
         "UPDATE memories SET superseded_by = NULL, updated_at = now() "
         "WHERE superseded_by = ANY(%s) AND NOT (id = ANY(%s))",
@@ -112,6 +114,51 @@ def unwind_summaries(
     if changed:
         log_events(conn, tenant_id, event, [r[0] for r in changed], reason=reason, actor=actor)
     return hit
+
+
+def restore_evicted(
+    conn: Connection[Any],
+    tenant_id: str,
+    summaries: Collection[uuid.UUID],
+    *,
+    keep_out: Collection[uuid.UUID],
+    reason: str,
+    actor: str,
+) -> list[uuid.UUID]:
+    """The rows decay evicted because one of ``summaries`` covered them come back: that
+    summary is going, so they are the only record of what they said. Stored again, back into
+    the index (a pending unindex is cancelled), the eviction log line removed and a
+    ``restored`` event written. ``keep_out`` (the corrected or forgotten rows themselves) stay
+    as they are. Returns the restored ids."""
+    rows = conn.execute(
+        "UPDATE memories SET status = 'stored', status_reason = NULL, updated_at = now() "
+        "WHERE tenant_id = %s AND status = 'evicted' AND superseded_by = ANY(%s) "
+        "AND NOT (id = ANY(%s)) RETURNING id",
+        (tenant_id, list(summaries), list(keep_out)),
+    ).fetchall()
+    back = sorted(r[0] for r in rows)
+    if not back:
+        return []
+    conn.execute("DELETE FROM evictions WHERE memory_id = ANY(%s)", (back,))
+    conn.execute(
+        "UPDATE jobs SET status = 'done', updated_at = now() "
+        "WHERE kind = %s AND memory_id = ANY(%s) AND status IN ('pending', 'running')",
+        (UNINDEX_JOB, back),
+    )
+    conn.cursor().executemany(
+        "INSERT INTO jobs (kind, memory_id) VALUES (%s, %s) ON CONFLICT (kind, memory_id) "
+        "DO UPDATE SET status = 'pending', attempts = 0, lease_until = now(), updated_at = now()",
+        [(EMBED_JOB, m) for m in back],
+    )
+    log_events(
+        conn,
+        tenant_id,
+        "restored",
+        back,
+        reason=f"evicted as covered by a summary that is no longer kept ({reason})",
+        actor=actor,
+    )
+    return back
 
 
 def rederive_knowledge(

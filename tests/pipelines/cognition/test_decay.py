@@ -92,14 +92,23 @@ def test_no_time_means_full_retention(t: float, imp: float) -> None:
     assert retention(t, imp, 0) == 1.0
 
 
-@settings(max_examples=60, deadline=None)
-@given(imp=importance, n=st.integers(0, 50), d1=st.floats(0, 300), d2=st.floats(0, 300))
-def test_an_evicted_memory_stays_evicted_later(imp: float, n: int, d1: float, d2: float) -> None:
+@settings(max_examples=120, deadline=None)
+@given(
+    imp=importance,
+    n=st.integers(0, 50),
+    d1=st.floats(0, 300),
+    d2=st.floats(0, 300),
+    covered=st.booleans(),
+    fact=st.booleans(),
+)
+def test_an_evicted_memory_stays_evicted_later(
+    imp: float, n: int, d1: float, d2: float, covered: bool, fact: bool
+) -> None:
     # given the same memory seen by two sweeps
     early, late = sorted((d1, d2))
     m = memory(importance=imp, access_count=n)
-    first = decide_decay(m, T0 + timedelta(days=early))
-    second = decide_decay(m, T0 + timedelta(days=late))
+    first = decide_decay(m, T0 + timedelta(days=early), covered=covered, carries_fact=fact)
+    second = decide_decay(m, T0 + timedelta(days=late), covered=covered, carries_fact=fact)
     # then eviction (and compress-instead) never reverts while time moves on
     if first.action is DecayAction.EVICT:
         assert second.action is DecayAction.EVICT
@@ -107,11 +116,11 @@ def test_an_evicted_memory_stays_evicted_later(imp: float, n: int, d1: float, d2
         assert second.action is DecayAction.COMPRESS
 
 
-def test_unimportant_faded_memory_is_evicted_and_logged() -> None:
+def test_unimportant_faded_memory_a_summary_covers_is_evicted_and_logged() -> None:
     # given importance 0.2: S = 3 × 1.8 = 5.4 days; R < 0.05 after 3 S ≈ 16.2 days
     m = memory(importance=0.2)
     now = T0 + timedelta(days=17)
-    decision = decide_decay(m, now)
+    decision = decide_decay(m, now, covered=True)
     assert decision.action is DecayAction.EVICT
     assert decision.retention < 0.05
     record = eviction_record(m, decision, now)
@@ -119,6 +128,42 @@ def test_unimportant_faded_memory_is_evicted_and_logged() -> None:
     assert record.retention == decision.retention
     assert record.age_s == pytest.approx(17 * DAY_S)
     assert "importance 0.20 < 0.5" in record.reason
+    assert "a kept summary covers it" in record.reason
+
+
+def test_faded_chatter_is_evicted_without_a_summary() -> None:
+    m = memory(importance=0.1)
+    decision = decide_decay(m, T0 + timedelta(days=30), carries_fact=False)
+    assert decision.action is DecayAction.EVICT
+    assert "it carries no fact" in decision.reason
+
+
+@settings(max_examples=80, deadline=None)
+@given(imp=importance, n=st.integers(0, 50), days=st.floats(0, 2000))
+def test_a_fact_nothing_covers_is_never_evicted(imp: float, n: int, days: float) -> None:
+    # given a memory that states something and no kept summary covering it, at any age
+    m = memory(importance=imp, access_count=n)
+    decision = decide_decay(m, T0 + timedelta(days=days))
+    # then the curve may ask for compression, never for deletion
+    assert decision.action is not DecayAction.EVICT
+    if decision.retention < 0.05:
+        assert decision.action is DecayAction.COMPRESS
+        assert decision.target_level == Level.L1
+
+
+def test_faded_unimportant_fact_is_a_candidate_for_compression() -> None:
+    # the case: a personal fact the judge rated 0.45, retention 0.003
+    m = memory(importance=0.45)
+    decision = decide_decay(m, T0 + timedelta(days=60))
+    assert decision.retention < 0.01
+    assert decision.action is DecayAction.COMPRESS
+    assert "no kept summary covers it" in decision.reason
+
+
+def test_an_important_covered_memory_is_not_evicted() -> None:
+    m = memory(importance=0.8)
+    decision = decide_decay(m, T0 + timedelta(days=400), covered=True)
+    assert decision.action is DecayAction.COMPRESS
 
 
 def test_important_faded_memory_is_compressed_instead() -> None:

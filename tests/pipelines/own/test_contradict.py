@@ -115,6 +115,11 @@ def test_a_changed_value_of_the_same_thing_supersedes(old: str, new: str) -> Non
             "We decided the nightly backup of bucket archive-3 runs at 02:03 UTC.",
             "We decided the nightly backup of bucket archive-8 runs at 02:08 UTC.",
         ),
+        # a new value, but of another thing named in other words
+        (
+            "We decided the rate limit of the search endpoint is 100 per minute.",
+            "We decided the rate limit of the login endpoint is 5 per minute.",
+        ),
         # a long note that agrees in one sentence and is negative in another
         (
             "We decided to keep the outbox in PostgreSQL because it commits with the memory.",

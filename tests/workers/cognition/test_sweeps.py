@@ -5,6 +5,8 @@ summary by the compression sweep."""
 
 from __future__ import annotations
 
+import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -16,6 +18,7 @@ import pytest
 from pipelines.cognition.compress import compressor_id
 from pipelines.cognition.offline_compress import OFFLINE_RULES_VERSION
 from pipelines.cognition.protocol import VERBATIM_KINDS, CompressRequest, SummaryOutput
+from pipelines.write.facts import carries_fact
 from pipelines.write.request import prepare_write
 from tests.support.project_history import TASK, TENANT, history
 from tests.support.project_history_zh import TASK as TASK_ZH
@@ -31,6 +34,7 @@ from workers.cognition.embed import drain_embeddings
 from workers.cognition.link import link_memories
 from workers.cognition.quality import quality_step
 from workers.cognition.runs import run_id_for
+from workers.own.correct import correct_memory, settle_corrections
 from workers.read.affected import affected_by
 
 START = datetime(2026, 11, 1, tzinfo=UTC)
@@ -319,9 +323,15 @@ def test_a_crash_inside_a_compression_leaves_the_old_state(ctx, db) -> None:  # 
     ] == len(ids)
 
 
+CHATTER = ["Thanks!", "Great.", "Cool, thanks", "ok", "haha", "Sounds good!", "Got it.", "Cool."]
+
+
 def test_decay_acts_only_on_idle_tenants_and_logs_evictions(ctx, db, redis_client) -> None:  # type: ignore[no-untyped-def]
-    # given two tenants with old, unimportant memories; one of them wrote a minute ago
-    items = history(START)[:8]
+    # given two tenants with old, unimportant chatter; one of them wrote a minute ago
+    items = [
+        {**item, "content": f"Dana: {text}"}
+        for item, text in zip(history(START)[:8], CHATTER, strict=True)
+    ]
     store(db, items, importance=0.1)
     store(db, [{**item, "tenant_id": "busy"} for item in items], importance=0.1)
     later = END + timedelta(days=30)
@@ -343,6 +353,206 @@ def test_decay_acts_only_on_idle_tenants_and_logs_evictions(ctx, db, redis_clien
     assert record["retention"] < 0.05 and record["importance"] == pytest.approx(0.1)
     assert "retention" in record["reason"]
     assert db.execute("SELECT count(*) FROM jobs WHERE kind = 'unindex'").fetchone()[0] == 8
+
+
+def evicted_rows(db: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
+    """Each evicted row with the status and level of the row it points at (its summary)."""
+    return db.execute(
+        "SELECT m.id, m.content, m.superseded_by, s.status, s.level FROM memories m "
+        "LEFT JOIN memories s ON s.id = m.superseded_by WHERE m.status = 'evicted' ORDER BY 1"
+    ).fetchall()
+
+
+def test_decay_evicts_only_what_a_kept_summary_covers_or_what_says_nothing(  # type: ignore[no-untyped-def]
+    ctx, db, redis_client
+) -> None:
+    # given two weeks of a project judged unimportant, compressed at the end of the two weeks,
+    # and facts stated after that compression, which no summary covers yet
+    store(db, history(START), importance=0.1)
+    run_to_end(compress_step, ctx, "compress", END)
+    late = [
+        {**item, "task_id": "late", "timestamp": END + timedelta(days=1, minutes=i)}
+        for i, item in enumerate(history(START)[:6])
+    ]
+    late_ids = store(db, late, importance=0.1)
+    late_facts = {
+        i for i, item in zip(late_ids, late, strict=True) if "Thanks" not in item["content"]
+    }
+
+    # when decay runs two months later, when every one of them has faded
+    outcome = run_to_end(decay_step, ctx, "decay", END + timedelta(days=60))
+
+    # then every evicted row was covered by a summary still kept, or carried no fact
+    evicted = evicted_rows(db)
+    assert evicted and outcome.stats["evicted"] == len(evicted)
+    for _, content, cover, cover_status, cover_level in evicted:
+        assert (cover is not None and cover_status == "stored" and cover_level >= 1) or (
+            not carries_fact(content)
+        ), content
+    # and the late facts, faded as much, are all still stored: candidates for compression
+    statuses = dict(
+        db.execute("SELECT id, status FROM memories WHERE id = ANY(%s)", (list(late_facts),))
+    )
+    assert set(statuses.values()) == {"stored"}
+    assert outcome.stats["decided_compress"] >= len(late_facts)
+    reasons = [r[0]["reason"] for r in db.execute("SELECT record FROM evictions").fetchall()]
+    assert all("summary covers it" in r or "carries no fact" in r for r in reasons)
+
+
+def test_rows_a_stale_summary_covered_come_back_from_eviction(ctx, db, redis_client) -> None:  # type: ignore[no-untyped-def]
+    # given a compressed project whose covered rows decay evicted, but for one important row
+    store(db, history(START), importance=0.1)
+    run_to_end(compress_step, ctx, "compress", END)
+    drain_embeddings(ctx)
+    summary, target = db.execute(
+        "SELECT superseded_by, min(id::text)::uuid FROM memories WHERE level = 0 "
+        "AND superseded_by IS NOT NULL GROUP BY 1 HAVING count(*) > 2 ORDER BY 1 LIMIT 1"
+    ).fetchone()
+    db.execute("UPDATE memories SET importance = 0.9 WHERE id = %s", (target,))
+    run_to_end(decay_step, ctx, "decay", END + timedelta(days=60))
+    siblings = {row[0] for row in evicted_rows(db) if row[2] == summary}
+    assert siblings and target not in siblings
+
+    # when one of the summary's sources is corrected, and the owner settles the correction
+    with ctx.pool.connection() as conn:
+        correct_memory(
+            conn,
+            target,
+            "Dana: Correction: the release moved to the next sprint.",
+            tenant_id=TENANT,
+            reason="wrong sprint",
+            actor="test",
+            content_max_bytes=ctx.settings.content_max_bytes,
+            metadata_max_bytes=ctx.settings.metadata_max_bytes,
+        )
+    stats = settle_corrections(ctx, 10)
+    assert stats["corrections"] == 1
+
+    # then the summary is retired, and the rows evicted because it covered them are stored
+    # again, uncovered, queued for the index, their eviction lines gone, a 'restored' event each
+    assert db.execute("SELECT status FROM memories WHERE id = %s", (summary,)).fetchone()[0] == (
+        "retired"
+    )
+    back = siblings
+    rows = db.execute(
+        "SELECT status, superseded_by FROM memories WHERE id = ANY(%s)", (list(back),)
+    ).fetchall()
+    assert rows and all(r == ("stored", None) for r in rows)
+    assert not db.execute(
+        "SELECT 1 FROM evictions WHERE memory_id = ANY(%s)", (list(back),)
+    ).fetchall()
+    jobs = dict(
+        db.execute(
+            "SELECT memory_id, status FROM jobs WHERE kind = 'embed' AND memory_id = ANY(%s)",
+            (list(back),),
+        ).fetchall()
+    )
+    assert set(jobs) == back and set(jobs.values()) == {"pending"}
+    events = db.execute(
+        "SELECT count(*) FROM memory_events WHERE event = 'restored' AND memory_id = ANY(%s)",
+        (list(back),),
+    ).fetchone()[0]
+    assert events == len(back)
+    # and the embedding drain puts them back into the index
+    assert drain_embeddings(ctx)["embedded"] >= len(back)
+
+
+def test_decay_skips_rows_whose_summary_is_being_retired_and_never_waits(  # type: ignore[no-untyped-def]
+    ctx, db, redis_client
+) -> None:
+    # given covered, faded rows, and another transaction that holds their summary's row (as
+    # settle_ownership does while it retires a stale summary)
+    store(db, history(START), importance=0.1)
+    run_to_end(compress_step, ctx, "compress", END)
+    summaries = [
+        r[0]
+        for r in db.execute(
+            "SELECT id FROM memories WHERE level = 1 AND status = 'stored' ORDER BY id"
+        ).fetchall()
+    ]
+    held = summaries[0]
+    with psycopg.connect(ctx.settings.database_url) as other, other.transaction():
+        other.execute("SELECT 1 FROM memories WHERE id = %s FOR UPDATE", (held,))
+
+        # when decay runs meanwhile (in a thread: a sweep that waited would never finish)
+        sweep = threading.Thread(
+            target=run_to_end, args=(decay_step, ctx, "decay", END + timedelta(days=60))
+        )
+        started = time.monotonic()
+        sweep.start()
+        sweep.join(timeout=30)
+
+        # then it did not wait, and evicted nothing that the held summary covers
+        assert not sweep.is_alive(), "the decay sweep waited for a lock"
+        assert time.monotonic() - started < 10
+        under_held = [row for row in evicted_rows(db) if row[2] == held]
+        assert under_held == []
+        assert any(row[2] is not None for row in evicted_rows(db))
+
+    # and the next sweep, with the summary free again, evicts them too
+    run_to_end(decay_step, ctx, "decay", END + timedelta(days=61))
+    assert [row for row in evicted_rows(db) if row[2] == held]
+
+
+def test_decay_and_settling_corrections_at_once_never_deadlock(ctx, db, redis_client) -> None:  # type: ignore[no-untyped-def]
+    # given eight tenants' compressed projects, and a correction of a covered row in each
+    tenants = [f"{TENANT}-{n}" for n in range(8)]
+    for tenant in tenants:
+        store(db, [{**item, "tenant_id": tenant} for item in history(START)], importance=0.1)
+    run_to_end(compress_step, ctx, "compress", END)
+    with ctx.pool.connection() as conn:
+        for tenant in tenants:
+            target = conn.execute(
+                "SELECT id FROM memories WHERE tenant_id = %s AND level = 0 "
+                "AND superseded_by IS NOT NULL ORDER BY id LIMIT 1",
+                (tenant,),
+            ).fetchone()[0]
+            correct_memory(
+                conn,
+                target,
+                "Dana: Correction: the release moved to the next sprint.",
+                tenant_id=tenant,
+                reason="wrong sprint",
+                actor="test",
+                content_max_bytes=ctx.settings.content_max_bytes,
+                metadata_max_bytes=ctx.settings.metadata_max_bytes,
+            )
+    errors: list[BaseException] = []
+    other = Clients(ctx.settings)
+
+    def unsettled(clients: Clients) -> bool:
+        with clients.pool.connection() as conn:
+            return bool(
+                conn.execute(
+                    "SELECT 1 FROM jobs WHERE kind = 'settle' AND status <> 'done'"
+                ).fetchone()
+            )
+
+    def settle() -> None:
+        try:
+            for _ in range(40):
+                if settle_corrections(other, 1)["corrections"] == 0 and not unsettled(other):
+                    return
+        except BaseException as exc:
+            errors.append(exc)
+
+    # when the owner settles them one at a time while decay sweeps the same rows
+    thread = threading.Thread(target=settle)
+    thread.start()
+    try:
+        for day in range(60, 66):
+            run_to_end(decay_step, ctx, "decay", END + timedelta(days=day))
+    finally:
+        thread.join(timeout=120)
+        other.close()
+
+    # then neither failed, every correction settled, and no row stays evicted under a summary
+    # that is no longer kept
+    assert errors == []
+    pending = db.execute("SELECT count(*) FROM jobs WHERE kind = 'settle' AND status <> 'done'")
+    assert pending.fetchone()[0] == 0
+    for _, content, _cover, cover_status, _ in evicted_rows(db):
+        assert cover_status == "stored" or not carries_fact(content), content
 
 
 def test_decay_stores_retention_and_keeps_important_memories(ctx, db, redis_client) -> None:  # type: ignore[no-untyped-def]
