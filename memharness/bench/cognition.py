@@ -33,7 +33,7 @@ from typing import Any, cast
 from memharness.bench.scratch import percentile
 from pipelines.ports import LLM
 
-SECTIONS = ("corrections", "write", "compress", "knowledge")
+SECTIONS = ("corrections", "write", "compress", "knowledge", "causal")
 DEFAULT_DATA_DIR = Path(__file__).resolve().parents[2] / "tests" / "data" / "cognition"
 NOT_AVAILABLE = "section not available"
 # The OpenAI-compatible adapter returns parsed answers and drops the response's usage, so a

@@ -4,7 +4,6 @@ entities, vector neighbours of their task and causal proposals of the LLM port.
 
 from __future__ import annotations
 
-import bisect
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
@@ -24,7 +23,7 @@ from pipelines.records import EpisodicMemory, MemoryStatus
 from workers.clients import Clients
 from workers.cognition.sql import (
     insert_links,
-    recent_memories,
+    older_memories,
     unlinked_ids,
 )
 from workers.db.jobs import WRITE_JOB, count_due_jobs
@@ -55,20 +54,9 @@ def _entities_of(memories: Sequence[EpisodicMemory]) -> dict[uuid.UUID, frozense
     return _ENTITIES
 
 
-OrderedCandidates = tuple[list[EpisodicMemory], list[tuple[datetime, str]]]
-
-
-def _ordered(
-    ordered: dict[str, OrderedCandidates],
-    recent: dict[str, list[EpisodicMemory]],
-    tenant_id: str,
-) -> OrderedCandidates:
-    """A tenant's candidates sorted by (timestamp, id) with their keys, once per batch, so
-    "the older ones" of each new memory is a bisection instead of a scan."""
-    if tenant_id not in ordered:
-        by_key = sorted(recent[tenant_id], key=lambda m: (m.timestamp, str(m.id)))
-        ordered[tenant_id] = (by_key, [(m.timestamp, str(m.id)) for m in by_key])
-    return ordered[tenant_id]
+def _key(memory: EpisodicMemory) -> tuple[datetime, str]:
+    """The order memories are linked in: a link goes from the later to the earlier."""
+    return (memory.timestamp, str(memory.id))
 
 
 def link_memories(ctx: Clients, memory_ids: Sequence[uuid.UUID]) -> dict[str, Any]:
@@ -97,18 +85,13 @@ def link_memories(ctx: Clients, memory_ids: Sequence[uuid.UUID]) -> dict[str, An
     # building them (entity and causal links do not need them).
     collection = dense_search_target(ctx, EPISODIC)
     vectors = ctx.embedder.embed([row["content"] for row in todo])
-    recent: dict[str, list[EpisodicMemory]] = {}
-    ordered: dict[str, OrderedCandidates] = {}
     for row, vector in zip(todo, vectors, strict=True):
         memory = row_to_memory(row)
-        if memory.tenant_id not in recent:
-            with ctx.pool.connection() as conn:
-                recent[memory.tenant_id] = recent_memories(
-                    conn, memory.tenant_id, limit=LINK_CANDIDATES
-                )
-        # Only older memories: an undirected link is stored once, from the new one.
-        by_key, keys = _ordered(ordered, recent, memory.tenant_id)
-        older = by_key[: bisect.bisect_left(keys, (memory.timestamp, str(memory.id)))]
+        # Only older memories, and always the same ones: the window that precedes this
+        # memory by (timestamp, id), however far the writes have got since. An undirected
+        # link is stored once, from the later memory.
+        with ctx.pool.connection() as conn:
+            older = older_memories(conn, memory.tenant_id, before=memory, limit=LINK_CANDIDATES)
         hits = (
             ctx.vectors.search(
                 collection,
@@ -122,10 +105,14 @@ def link_memories(ctx: Clients, memory_ids: Sequence[uuid.UUID]) -> dict[str, An
         )
         with ctx.pool.connection() as conn:
             hit_rows = fetch_rows(conn, [h.id for h in hits if h.id != memory.id])
+        # Neighbours written later are left to link to this one when their turn comes, so
+        # what a memory is linked to does not depend on when its link pass ran.
         neighbours = [
-            Neighbour(memory=row_to_memory(hit_rows[h.id]), score=h.score)
+            Neighbour(memory=neighbour, score=h.score)
             for h in hits
-            if h.id in hit_rows and hit_rows[h.id]["status"] == "stored"
+            if h.id in hit_rows
+            and hit_rows[h.id]["status"] == "stored"
+            and _key(neighbour := row_to_memory(hit_rows[h.id])) < _key(memory)
         ]
         links = entity_links(memory, older, entities=_entities_of([memory, *older]))
         links += similar_links(memory, neighbours)

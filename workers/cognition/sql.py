@@ -464,6 +464,23 @@ def recent_memories(
         return [row_to_memory(row) for row in cur.fetchall()]
 
 
+def older_memories(
+    conn: Connection[Any], tenant_id: str, *, before: EpisodicMemory, limit: int
+) -> list[EpisodicMemory]:
+    """The ``limit`` stored episodes of a tenant that precede ``before`` by (timestamp, id),
+    oldest first: the same window whenever the memory is linked (index
+    ``memories_link_window_idx``)."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(
+            f"SELECT {MEMORY_COLUMNS} FROM memories WHERE tenant_id = %s AND status = 'stored' "
+            "AND level = 0 AND (ts, id) < (%s, %s) ORDER BY ts DESC, id DESC LIMIT %s",
+            (tenant_id, before.timestamp, before.id, limit),
+        )
+        rows = [row_to_memory(row) for row in cur.fetchall()]
+    rows.reverse()
+    return rows
+
+
 def insert_links(
     conn: Connection[Any], tenant_id: str, memory_id: uuid.UUID, links: Sequence[MemoryLink]
 ) -> int:
