@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
+from pipelines.cognition.causal import CausalProposer
 from pipelines.cognition.knowledge import KnowledgeExtractor
-from pipelines.cognition.link import CausalProposer
 from pipelines.cognition.protocol import CompressionLLM
 from pipelines.index.vectors import Embedder, VectorIndex
 from pipelines.own.contradict import CorrectionLLM

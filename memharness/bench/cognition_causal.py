@@ -7,7 +7,8 @@ migration", 支付模块的联调依赖认证模块完成, "X 延期会影响 Y"
 question about the chain. Each line holds ``id``, ``lang``, ``turns`` (``id``, ``day``,
 ``speaker``, ``content``), ``query`` (what an agent asks: "What does the delay of X
 affect?"), ``expect`` (the turns affected_by() must reach) and ``must_not`` (turns it must
-not reach).
+not reach); ``"split": "holdout"`` marks the chains written after the offline rules were
+last changed, reported apart as well.
 
 Each chain is its own tenant and goes through the production code as the link worker runs
 it: every turn, in time order, is linked to the turns before it
@@ -30,7 +31,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from pipelines.cognition.link import CausalProposer, InMemoryLinks, affected_by, link_on_write
+from pipelines.cognition.causal import CausalProposer
+from pipelines.cognition.link import InMemoryLinks, affected_by, link_on_write
 from pipelines.errors import LLMError
 from pipelines.records import ID_NAMESPACE, EpisodicMemory
 
@@ -145,6 +147,12 @@ def run(llm: CausalProposer, data_dir: Path) -> dict[str, Any]:
             continue
         results[chain["lang"]].append((chain, answer))
     languages = {lang: _figures(results[lang]) for lang in LANGUAGES}
+    for lang in LANGUAGES:
+        # The chains written after the rules were last changed, scored apart.
+        held = [(c, a) for c, a in results[lang] if c.get("split") == "holdout"]
+        languages[lang]["holdout"] = {
+            k: v for k, v in _figures(held).items() if k not in ("missed", "reached_wrongly")
+        }
     headline: dict[str, float] = {}
     for lang, figures in languages.items():
         headline[f"precision_{lang}"] = figures["precision"]

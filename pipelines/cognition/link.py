@@ -8,7 +8,8 @@ Three kinds, as the ``memory_links`` table stores them:
 * ``similar``: the vector index scored the pair ≥ 0.75 and both belong to the same task;
   weight is the score. Undirected.
 * ``causal``: proposed by the LLM port with a direction (``src`` causes or affects
-  ``dst``); weight is the proposer's confidence. The offline proposer reads cue phrases:
+  ``dst``); weight is the proposer's confidence (:mod:`pipelines.cognition.causal`). The
+  offline proposer reads cue phrases:
   "blocked by X", "because of X", "due to X", "caused by X", "waiting on X" make the memory
   naming X the cause; "X delays / blocks / breaks / affects Y" makes the memory naming Y
   the effect.
@@ -38,11 +39,17 @@ from typing import Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from pipelines.answers import ask_with_fallback, parse_json
+from pipelines.answers import ask_with_fallback
+from pipelines.cognition.causal import (
+    CausalBatch,
+    CausalProposer,
+    OfflineCausal,
+    entities_of,
+    propose_causal_offline,
+    tokens_of,
+)
 from pipelines.cognition.entities import extract_entities
-from pipelines.cognition.protocol import compact
 from pipelines.records import EpisodicMemory
-from pipelines.text.sentences import split_speaker
 from pipelines.text.words import (
     content_tokens,
     has_han,
@@ -147,167 +154,6 @@ def similar_links(
             )
         )
     return links
-
-
-class CausalEdge(BaseModel):
-    """One proposed causal relation: the LLM's JSON schema for ``propose_causal``."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    cause_id: uuid.UUID
-    effect_id: uuid.UUID
-    confidence: float = Field(ge=0.0, le=1.0)
-    reason: str = Field("", max_length=300)
-
-
-class CausalBatch(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    edges: list[CausalEdge]
-
-
-def parse_causal(raw: str) -> CausalBatch:
-    """Validate an LLM's ``propose_causal`` JSON; raises MalformedLLMOutput."""
-    return parse_json(raw, CausalBatch)
-
-
-@runtime_checkable
-class CausalProposer(Protocol):
-    """What causal linking asks of the LLM port."""
-
-    @property
-    def name(self) -> str: ...
-
-    def propose_causal(
-        self, memory: EpisodicMemory, candidates: Sequence[EpisodicMemory]
-    ) -> CausalBatch: ...
-
-
-_PHRASE = r"((?:the\s+)?[\w'/.#-]+(?:\s+[\w'/.#-]+){0,5})"
-# The new memory is the effect of what the phrase names.
-_EFFECT_OF_RE = re.compile(
-    rf"\b(?:blocked\s+(?:by|on)|because\s+of|due\s+to|caused\s+by|waiting\s+(?:on|for)|"
-    rf"as\s+a\s+result\s+of|depends\s+on|delayed\s+by|held\s+up\s+by|after)\s+{_PHRASE}",
-    re.I,
-)
-# The new memory is the cause of what the phrase names.
-_CAUSE_OF_RE = re.compile(
-    rf"\b(?:delays?|delayed|block(?:s|ed)?|breaks?|broke|affects?|affected|pushes\s+back|"
-    rf"pushed\s+back|impacts?|impacted|postpones?|postponed|slows?\s+down)"
-    rf"(?!\s+(?:by|on)\b)\s+{_PHRASE}",  # "blocked by X" is the passive: X is the cause
-    re.I,
-)
-_PHRASE_END_RE = re.compile(r"[,.;:!?]|\s(?:and|but|so|which|because|until|by)\s", re.I)
-
-# The same in Chinese: X, a run up to a clause mark or a word that ends it (而推迟, 才能).
-_PHRASE_ZH = r"([^，。；：！？,;:!?\n]{2,30}?)(?=[，。；：！？,;:!?\n]|而|才|所以|的影响|影响|$)"
-_EFFECT_OF_ZH_RE = re.compile(
-    rf"(?:因为|由于|受到?|依赖于?|取决于|等待|等着|要等|被|卡在|基于){_PHRASE_ZH}"
-)
-_CAUSE_OF_ZH_RE = re.compile(
-    r"(?:会影响|影响到|影响了|影响|波及|导致了?|造成了?|使得|拖累了?|耽误了?|阻塞了?|拖慢了?|"
-    rf"(?:推迟|延期|延误)了?(?![到至为成]))\s*{_PHRASE_ZH}"
-)
-# "X，所以 Y": the memory saying it is the effect of X, the clause before the connective.
-_CONSEQUENCE_ZH_RE = re.compile(r"([^，。；！？,;!?\n]{2,30})[，,]?\s*(?:所以|因此|因而|于是)")
-
-
-def _phrase_keys(phrase: str) -> tuple[frozenset[str], frozenset[str]]:
-    cut = _PHRASE_END_RE.search(phrase)
-    phrase = phrase[: cut.start()] if cut else phrase
-    return extract_entities(phrase), frozenset(content_tokens(phrase))
-
-
-def _matches(phrase: tuple[frozenset[str], frozenset[str]], other: EpisodicMemory) -> float:
-    entities, tokens = phrase
-    other_entities = extract_entities(other.content)
-    if entities and entities & other_entities:
-        return 0.8
-    if tokens:
-        other_tokens = set(content_tokens(other.content))
-        overlap = len(tokens & other_tokens) / len(tokens)
-        if overlap >= 0.5 and len(tokens & other_tokens) >= 2:
-            return 0.6
-    return 0.0
-
-
-def _best_matches(
-    phrase: tuple[frozenset[str], frozenset[str]], others: Sequence[EpisodicMemory]
-) -> list[tuple[EpisodicMemory, float]]:
-    """The candidates a Chinese phrase names best, most shared entities then most shared
-    words first. As :func:`_matches`, with one more demand: an entity match must be on the
-    phrase's most specific entities (支付模块联调, not the 支付模块 inside it), since most
-    memories of a project name its modules."""
-    entities, tokens = phrase
-    specific = {e for e in entities if not any(e != o and e in o for o in entities)}
-    scored: list[tuple[tuple[int, int], EpisodicMemory, float]] = []
-    for other in others:
-        other_entities = extract_entities(other.content)
-        other_tokens = set(content_tokens(other.content))
-        shared = (len(entities & other_entities), len(tokens & other_tokens))
-        if specific & other_entities:
-            confidence = 0.8
-        elif tokens and shared[1] >= 2 and shared[1] >= 0.5 * len(tokens):
-            confidence = 0.6
-        else:
-            continue
-        scored.append((shared, other, confidence))
-    if not scored:
-        return []
-    best = max(shared for shared, _, _ in scored)
-    return [(other, confidence) for shared, other, confidence in scored if shared == best]
-
-
-def propose_causal_offline(
-    memory: EpisodicMemory, candidates: Sequence[EpisodicMemory]
-) -> CausalBatch:
-    """Causal edges between ``memory`` and ``candidates`` from cue phrases (module docstring)."""
-    edges: dict[tuple[uuid.UUID, uuid.UUID], CausalEdge] = {}
-    _, body = split_speaker(memory.content)
-    others = [c for c in candidates if c.id != memory.id and c.tenant_id == memory.tenant_id]
-
-    def add(other: EpisodicMemory, confidence: float, memory_is_cause: bool, cue: str) -> None:
-        cause, effect = (memory.id, other.id) if memory_is_cause else (other.id, memory.id)
-        key = (cause, effect)
-        if key not in edges or edges[key].confidence < confidence:
-            edges[key] = CausalEdge(
-                cause_id=cause,
-                effect_id=effect,
-                confidence=confidence,
-                reason=f"offline cue {cue[:80]!r}",
-            )
-
-    for pattern, memory_is_cause in ((_EFFECT_OF_RE, False), (_CAUSE_OF_RE, True)):
-        for match in pattern.finditer(body):
-            phrase = _phrase_keys(match.group(1))
-            for other in others:
-                confidence = _matches(phrase, other)
-                if confidence > 0:
-                    add(other, confidence, memory_is_cause, match.group(0))
-    if has_han(body):
-        for pattern, memory_is_cause in (
-            (_EFFECT_OF_ZH_RE, False),
-            (_CONSEQUENCE_ZH_RE, False),
-            (_CAUSE_OF_ZH_RE, True),
-        ):
-            for match in pattern.finditer(body):
-                phrase = _phrase_keys(match.group(1))
-                # A memory that says the same cue (因为…) again restates this one: no cause.
-                fresh = [o for o in others if compact(match.group(0)) not in compact(o.content)]
-                for other, confidence in _best_matches(phrase, fresh):
-                    add(other, confidence, memory_is_cause, match.group(0))
-    return CausalBatch(edges=list(edges.values()))
-
-
-class OfflineCausal:
-    @property
-    def name(self) -> str:
-        return "offline"
-
-    def propose_causal(
-        self, memory: EpisodicMemory, candidates: Sequence[EpisodicMemory]
-    ) -> CausalBatch:
-        return propose_causal_offline(memory, candidates)
 
 
 def causal_links(
@@ -481,18 +327,21 @@ def traverse(
 def match_start(
     query: str, memories: Sequence[EpisodicMemory], *, limit: int = 3
 ) -> list[EpisodicMemory]:
-    """The memories a question is about: most shared entities, then most shared words."""
+    """The memories a question is about: most shared entities, then most shared words, then
+    the most recent (ties never fall to the ids, which differ between tenants holding the
+    same history)."""
     if has_han(query):
         query = _QUESTION_ZH_RE.sub(" ", query)
     entities = extract_entities(query)
     words = {t for t in content_tokens(query) if t not in _QUESTION_WORDS}
-    scored: list[tuple[int, int, str, EpisodicMemory]] = []
+    scored: list[tuple[int, int, float, str, EpisodicMemory]] = []
     for memory in memories:
-        shared_entities = len(entities & extract_entities(memory.content))
-        shared_words = len(words & set(content_tokens(memory.content)))
+        shared_entities = len(entities & entities_of(memory.content))
+        shared_words = len(words & tokens_of(memory.content))
         if shared_entities or shared_words >= 2:
-            scored.append((-shared_entities, -shared_words, str(memory.id), memory))
-    return [m for _, _, _, m in sorted(scored)[:limit]]
+            key = (-shared_entities, -shared_words, -memory.timestamp.timestamp(), memory.content)
+            scored.append((*key, memory))
+    return [item[-1] for item in sorted(scored, key=lambda item: item[:4])[:limit]]
 
 
 _QUESTION_WORDS = frozenset(

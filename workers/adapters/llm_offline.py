@@ -23,8 +23,8 @@ from pipelines.write.decide import WriteJudgement, offline_deep_judge, offline_j
 from pipelines.write.summary import extractive_summary
 
 if TYPE_CHECKING:  # background cognition's records
+    from pipelines.cognition.causal import CausalBatch
     from pipelines.cognition.knowledge import KnowledgeBatch
-    from pipelines.cognition.link import CausalBatch
     from pipelines.cognition.protocol import (
         AnnotateRequest,
         AnnotationBatch,
@@ -119,7 +119,7 @@ class OfflineLLM:
     def propose_causal(
         self, memory: EpisodicMemory, candidates: Sequence[EpisodicMemory]
     ) -> CausalBatch:
-        from pipelines.cognition.link import propose_causal_offline
+        from pipelines.cognition.causal import propose_causal_offline
 
         return propose_causal_offline(memory, candidates)
 

@@ -24,8 +24,8 @@ from pipelines.state.models import TaskCheckpoint
 from pipelines.write.decide import WriteJudgement
 
 if TYPE_CHECKING:  # background cognition's records
+    from pipelines.cognition.causal import CausalBatch
     from pipelines.cognition.knowledge import KnowledgeBatch
-    from pipelines.cognition.link import CausalBatch
     from pipelines.cognition.protocol import (
         AnnotateRequest,
         AnnotationBatch,
@@ -346,7 +346,7 @@ class OpenAILLM:
     def propose_causal(
         self, memory: EpisodicMemory, candidates: Sequence[EpisodicMemory]
     ) -> CausalBatch:
-        from pipelines.cognition.link import parse_causal
+        from pipelines.cognition.causal import parse_causal
 
         user = json.dumps(
             {

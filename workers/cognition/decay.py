@@ -19,13 +19,9 @@ from pipelines.cognition.levels import DEFAULT_LEVELS, target_level
 from pipelines.write.facts import carries_fact
 from workers.activity import tenant_is_idle
 from workers.clients import Clients
+from workers.cognition.decay_sql import apply_decay, kept_summaries, stored_rows_after
 from workers.cognition.runs import StepOutcome, add_stat, run_step
-from workers.cognition.sql import (
-    apply_decay,
-    kept_summaries,
-    stored_rows_after,
-    tenants_after,
-)
+from workers.cognition.sql import tenants_after
 from workers.db.rows import row_to_memory
 from workers.db.runs import Run
 

@@ -10,14 +10,9 @@ from datetime import datetime
 from typing import Any
 
 from pipelines.answers import ask_with_fallback
+from pipelines.cognition.causal import propose_causal_offline
 from pipelines.cognition.entities import extract_entities
-from pipelines.cognition.link import (
-    Neighbour,
-    causal_links,
-    entity_links,
-    propose_causal_offline,
-    similar_links,
-)
+from pipelines.cognition.link import Neighbour, causal_links, entity_links, similar_links
 from pipelines.own.contradict import confirm, contradicted
 from pipelines.records import EpisodicMemory, MemoryStatus
 from workers.clients import Clients
@@ -116,9 +111,10 @@ def link_memories(ctx: Clients, memory_ids: Sequence[uuid.UUID]) -> dict[str, An
         ]
         links = entity_links(memory, older, entities=_entities_of([memory, *older]))
         links += similar_links(memory, neighbours)
-        pool = {c.id: c for c in older}
-        pool.update({n.memory.id: n.memory for n in neighbours})
-        candidates = [c for c in pool.values() if c.id != memory.id]
+        # Causes are looked for in the window only: which vector neighbours come back depends
+        # on what the index held when this pass ran (newer rows crowd the top 10), and a
+        # causal edge must not (tests/integration/test_causal_chains.py).
+        candidates = [c for c in older if c.id != memory.id]
         if candidates:
             llm = ctx.llm
             batch, _, _ = ask_with_fallback(

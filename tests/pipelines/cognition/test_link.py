@@ -4,10 +4,15 @@ import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
-from pipelines.cognition.link import (
+from pipelines.cognition.causal import (
     CausalBatch,
     CausalEdge,
     CausalProposer,
+    parse_causal,
+    propose_causal_offline,
+)
+from pipelines.cognition.entities import extract_entities
+from pipelines.cognition.link import (
     Direction,
     InMemoryLinks,
     LinkKind,
@@ -17,10 +22,7 @@ from pipelines.cognition.link import (
     affected_by,
     causal_links,
     entity_links,
-    extract_entities,
     link_on_write,
-    parse_causal,
-    propose_causal_offline,
     similar_links,
     traverse,
 )
@@ -212,3 +214,51 @@ def test_a_malformed_causal_answer_falls_back_to_the_offline_rules() -> None:
         RELEASE, entity_candidates=[AUTH], vector_hits=[], causal=BrokenProposer()
     )
     assert (LinkKind.CAUSAL, AUTH.id, RELEASE.id) in {(k.kind, k.src_id, k.dst_id) for k in links}
+
+
+def causal_pairs(new: EpisodicMemory, older: list[EpisodicMemory]) -> set[tuple[int, int]]:
+    return {(e.cause_id.int, e.effect_id.int) for e in propose_causal_offline(new, older).edges}
+
+
+def test_an_older_statement_of_a_cause_reaches_the_memory_it_names() -> None:
+    # given "the rebuild delays the dashboard" said before anything about the dashboard
+    rebuild = memory(20, "The search index rebuild delays the analytics dashboard.")
+    dashboard = memory(21, "The analytics dashboard blocks the quarterly review deck.")
+    # then the later memory about the dashboard is its effect (rule 3)
+    assert causal_pairs(dashboard, [rebuild, CSS]) == {(20, 21)}
+
+
+def test_the_subject_of_a_new_cause_is_the_effect_of_what_was_said_about_it() -> None:
+    # given the retraining said to be held up, and later to push back the campaign
+    schema = memory(30, "The data warehouse schema change was pushed back to March.")
+    held = memory(31, "The churn model retraining is held up by the data warehouse schema change.")
+    pushes = memory(32, "The churn model retraining pushes back the marketing campaign.")
+    # then the campaign's memory follows from what was said of the retraining (rule 2)
+    assert (31, 32) in causal_pairs(pushes, [schema, held, CSS])
+    # and the chain is walked from the schema change to both
+    store = InMemoryLinks()
+    written: list[EpisodicMemory] = []
+    for m in (schema, held, CSS, pushes):
+        store.add(link_on_write(m, entity_candidates=written, vector_hits=[]))
+        written.append(m)
+    _, reached = affected_by("What does the data warehouse schema change affect?", written, store)
+    assert [r.memory_id.int for r in reached] == [31, 32]
+
+
+def test_a_subject_many_memories_name_links_to_none_of_them() -> None:
+    # given several memories about the same module, then "the module is delayed, which
+    # delays the launch": no single one of them is the news behind it
+    about = [
+        memory(40, "The billing module moved to the new build server."),
+        memory(41, "The billing module got two new endpoints."),
+    ]
+    late = memory(42, "The billing module delays the launch of the partner portal.")
+    assert causal_pairs(late, about) == set()
+
+
+def test_a_question_is_no_end_of_a_causal_edge() -> None:
+    delayed = memory(50, "The SSO integration with Okta slipped by two weeks.")
+    asks = memory(51, "Did the SSO integration affect anything else?")
+    blocked = memory(52, "The onboarding flow is blocked on the SSO integration.")
+    assert causal_pairs(asks, [delayed]) == set()
+    assert causal_pairs(blocked, [delayed, asks]) == {(50, 52)}

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from pipelines.cognition.causal import propose_causal_offline
 from pipelines.cognition.entities import extract_entities
 from pipelines.cognition.link import (
     InMemoryLinks,
@@ -18,7 +19,6 @@ from pipelines.cognition.link import (
     affected_by,
     link_on_write,
     match_start,
-    propose_causal_offline,
 )
 from pipelines.records import EpisodicMemory
 from tests.support.project_history import history
@@ -180,3 +180,20 @@ def test_the_projects_causal_chain_is_followed_in_every_language(
     # then the delay leads to the postponed work, then to what waits on it
     assert [h for h, _ in hops[:2]] == [1, 2]
     assert first in hops[0][1] and second in hops[1][1]
+
+
+def test_chinese_chains_link_whichever_end_was_said_first() -> None:
+    # 消息队列的扩容会影响订单模块的压测, said before anything about that load test
+    scale = memory(60, "孙工：消息队列的扩容会影响订单模块的压测。")
+    test = memory(61, "周工：订单模块的压测延期会影响双十一的上线。")
+    assert edges(test, [scale, REVIEW]) == {(60, 61)}
+    # 欧洲区上线依赖…, then 欧洲区上线推迟会影响…: the second follows from the first
+    depends = memory(62, "许工：欧洲区上线依赖隐私政策的法务审核。")
+    later = memory(63, "尤工：欧洲区上线推迟会影响德语本地化。")
+    assert (62, 63) in edges(later, [depends, REVIEW])
+    # a reason restated in a later decision is not its cause (因为 P said earlier)
+    first = memory(64, "王经理：认证模块以后由张工牵头，因为张工之前做过第三方支付网关的对接。")
+    again = memory(65, "王经理：通知服务交给张工负责，张工之前做过第三方支付网关的对接。")
+    assert edges(again, [first]) == set()
+    # and a question about the chain states none
+    assert edges(memory(66, "褚工：单点登录对接会不会影响别的模块？"), [depends]) == set()

@@ -11,9 +11,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from config import Settings
+from pipelines.cognition.causal import propose_causal_offline
 from pipelines.cognition.compress import compress_group
 from pipelines.cognition.knowledge import extract_offline
-from pipelines.cognition.link import propose_causal_offline
 from pipelines.cognition.protocol import SourceMemory
 from pipelines.errors import TransientLLMError
 from pipelines.own.contradict import Verdict, confirm, contradicted
