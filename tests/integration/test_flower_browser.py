@@ -7,6 +7,7 @@ event), so what is asserted is what a person would read; the screenshots land in
 from __future__ import annotations
 
 import base64
+import json
 import os
 import socket
 import time
@@ -50,6 +51,29 @@ def _wait_for_flower(flower: Managed, port: int, timeout_s: float = 30) -> None:
     raise TimeoutError(f"Flower did not answer on {port}:\n{flower.log_tail()}")
 
 
+def _flower_task_names(port: int) -> set[str]:
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/api/tasks")
+    request.add_header("Authorization", "Basic " + base64.b64encode(CREDENTIALS.encode()).decode())
+    with urllib.request.urlopen(request, timeout=5) as response:
+        tasks = json.loads(response.read())
+    return {str(task.get("name")) for task in tasks.values()}
+
+
+def _wait_until_flower_sees_events(flower: Managed, port: int, timeout_s: float = 60) -> None:
+    """Flower answers HTTP before its event receiver listens: a ping task that Flower then
+    lists says the events of what follows will reach it (on a loaded machine the first
+    pings can go by unseen, so one is sent every few seconds)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        publish(TaskName.PING, marker=uuid.uuid4().hex)
+        for _ in range(10):
+            assert flower.alive(), flower.log_tail()
+            if TaskName.PING.value in _flower_task_names(port):
+                return
+            time.sleep(0.3)
+    raise TimeoutError(f"Flower saw no task events in {timeout_s} s:\n{flower.log_tail()}")
+
+
 @pytest.fixture
 def chromium() -> str:
     binary = find_chromium()
@@ -71,6 +95,7 @@ def test_flower_shows_workers_and_tasks_in_a_browser(  # type: ignore[no-untyped
     flower = start_flower(port=port, basic_auth=CREDENTIALS, log_dir=log_dir)
     try:
         _wait_for_flower(flower, port)
+        _wait_until_flower_sees_events(flower, port)
         # when the workers do some work while Flower listens to their events
         receipts = [
             client.record(
