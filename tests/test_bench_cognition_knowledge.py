@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from memharness.bench.cognition_knowledge import Produced, load_histories, run, score
+from pipelines.cognition.knowledge import KnowledgeKind
 from workers.adapters.llm_offline import OfflineLLM
 
 DATA_DIR = Path(__file__).resolve().parent / "data" / "cognition"
@@ -31,9 +32,10 @@ def test_the_knowledge_set_is_well_formed() -> None:
         assert kinds == KINDS, lang
         # hard negatives: histories that must yield nothing at all
         assert sum(not row["expect"] for row in chosen) >= 5, lang
+    assert {kind.value for kind in KnowledgeKind} >= KINDS
     for row in rows:
         turns = row["turns"]
-        assert isinstance(turns, list) and 3 <= len(turns) <= 15, row["id"]
+        assert isinstance(turns, list) and 5 <= len(turns) <= 15, row["id"]
         turn_ids = [t["id"] for t in turns]
         assert len(turn_ids) == len(set(turn_ids)), row["id"]
         for turn in turns:
