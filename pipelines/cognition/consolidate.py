@@ -52,6 +52,7 @@ from pipelines.cognition.knowledge import (
     KnowledgeExtractor,
     KnowledgeKind,
     OfflineKnowledge,
+    knowledge_sources,
 )
 from pipelines.cognition.stance import (
     conditions_of,
@@ -310,12 +311,18 @@ def consolidate(
     tenant = next(iter(tenants)) if tenants else ""
     engine: KnowledgeExtractor = extractor or OfflineKnowledge()
     offline = OfflineKnowledge()
-    batch, extracted_by, _ = ask_with_fallback(
-        lambda: engine.extract_knowledge(memories),
-        lambda: offline.extract_knowledge(memories),
-        engine.name,
-    )
-    by_id = {m.id: m for m in memories}
+    # A model sees only what the rules may read: no summary, report or chatter is a source,
+    # and a model that cites one is ignored like any memory it was not given.
+    readable = knowledge_sources(memories)
+    if readable:
+        batch, extracted_by, _ = ask_with_fallback(
+            lambda: engine.extract_knowledge(readable),
+            lambda: offline.extract_knowledge(readable),
+            engine.name,
+        )
+    else:
+        batch, extracted_by = KnowledgeBatch(items=[]), engine.name
+    by_id = {m.id: m for m in readable}
     candidates = sorted(_candidates(batch, by_id), key=lambda c: c.first_seen)
     if not candidates:
         return ConsolidationPlan(

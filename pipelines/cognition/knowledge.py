@@ -277,7 +277,7 @@ _QUESTION_EN_RE = re.compile(
     re.I,
 )
 _QUESTION_ZH_RE = re.compile(
-    r"谁|哪(?:个|些|里|儿|种|位|家|一)|什么|怎么|为什么|为啥|是否|是不是|有没有|能不能|可不可以|"
+    r"谁|哪(?:个|些|里|儿|种|位|家|一)|(?<!没)什么|(?<!不)怎么|为什么|为啥|是否|是不是|有没有|能不能|可不可以|"
     r"要不要|会不会|对不对|行不行|好不好|[吗呢么]\s*[。.!！]?$"
 )
 _WHATEVER_ZH_RE = re.compile(r"不管|无论|不论|任何")
@@ -318,6 +318,14 @@ def is_hypothetical(sentence: str) -> bool:
     return has_han(sentence) and _HYPOTHETICAL_ZH_RE.search(sentence) is not None
 
 
+def knowledge_sources(memories: Sequence[EpisodicMemory]) -> list[EpisodicMemory]:
+    """The memories knowledge may come from, for any extractor: raw episodes (a summary
+    restates its sources) that carry a fact and are no report."""
+    return [
+        m for m in memories if m.level == 0 and carries_fact(m.content) and not is_report(m.content)
+    ]
+
+
 def extract_offline(memories: Sequence[EpisodicMemory]) -> KnowledgeBatch:
     """One candidate per sentence whose cue words name a kind (the first kind that matches).
 
@@ -325,9 +333,7 @@ def extract_offline(memories: Sequence[EpisodicMemory]) -> KnowledgeBatch:
     (``carries_fact`` false, for the memory or the sentence), and never from a question
     (:func:`asks`) or a hypothetical (:func:`is_hypothetical`)."""
     items: list[KnowledgeItem] = []
-    for memory in memories:
-        if memory.level > 0 or not carries_fact(memory.content) or is_report(memory.content):
-            continue
+    for memory in knowledge_sources(memories):
         _, body = split_speaker(memory.content)
         for sentence in split_sentences(body):
             if asks(sentence) or is_hypothetical(sentence) or not carries_fact(sentence):

@@ -23,7 +23,7 @@ from pipelines.cognition.knowledge import (
     parse_knowledge,
 )
 from pipelines.cognition.stance import conditions_of, opposed, stance_of
-from pipelines.records import EpisodicMemory, MemoryType, SemanticMemory
+from pipelines.records import EpisodicMemory, Level, MemoryType, SemanticMemory
 
 T0 = datetime(2024, 3, 1, 9, tzinfo=UTC)
 
@@ -327,3 +327,50 @@ def test_a_stack_restated_merges_but_another_technology_does_not() -> None:
         (c.semantic.content, len(c.semantic.source_memory_ids)) for c in plan.changes
     ) == [("The backend is written in Go.", 2), ("The backend is written in Rust.", 1)]
     assert {c.kind for c in plan.changes} == {KnowledgeKind.STACK}
+
+
+class RecordingExtractor:
+    """A fake model that states every memory it is shown as a convention."""
+
+    def __init__(self) -> None:
+        self.shown: list[str] = []
+
+    @property
+    def name(self) -> str:
+        return "recording"
+
+    def extract_knowledge(self, memories: Sequence[EpisodicMemory]) -> KnowledgeBatch:
+        self.shown.extend(m.content for m in memories)
+        return KnowledgeBatch(
+            items=[
+                KnowledgeItem(
+                    kind=KnowledgeKind.CONVENTION,
+                    statement=f"Rule: {m.content}",
+                    confidence=0.9,
+                    source_ids=[m.id],
+                )
+                for m in memories
+            ]
+        )
+
+
+def test_a_model_is_shown_no_report_summary_or_chatter() -> None:
+    # given a report, a summary, an acknowledgement and one raw statement
+    rule = memory("In this project, branch names start with the ticket number.", user=None)
+    rows = [
+        memory("Weekly report: we use feature flags, the login page is done.", user=None),
+        memory("Summary: branch naming was discussed.", user=None).model_copy(
+            update={"level": Level.L1}
+        ),
+        memory("Gotcha, Jon!", user=None),
+        rule,
+    ]
+    model = RecordingExtractor()
+    plan = consolidate(rows, [], EMBED, T0, model)
+    # then the model saw the statement only, and only it became knowledge
+    assert model.shown == [rule.content]
+    assert [c.semantic.source_memory_ids for c in plan.changes] == [(rule.id,)]
+    assert plan.memories_seen == 4
+    # and with nothing to read, the model is not asked at all
+    idle = RecordingExtractor()
+    assert consolidate(rows[:3], [], EMBED, T0, idle).changes == () and idle.shown == []

@@ -146,6 +146,7 @@ def test_questions_without_a_question_mark() -> None:
     assert asks("Who owns the search service") and asks("Is the API written in Go")
     # "whatever" is no question, nor is a condition that opens with when
     assert not asks("不管什么情况都要先写测试。")
+    assert not asks("这样改没什么问题，统一用新的重试工具。")
     assert not asks("When reviewing PRs, be detailed.")
     assert not asks("Do not deploy on Fridays.")
 
