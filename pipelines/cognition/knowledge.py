@@ -135,7 +135,12 @@ _CUES: tuple[tuple[KnowledgeKind, re.Pattern[str]], ...] = (
     (
         KnowledgeKind.CONVENTION,
         re.compile(
-            r"\b(?:convention|naming|we\s+(?:always\s+)?use|our\s+(?:style|standard|rule)|"
+            # a convention as a rule, not the event: "the convention is to …", "naming
+            # convention", "by convention"; "the people at the convention" is a conference
+            r"\b(?:(?:naming|coding|code|project|team|style|our|house)\s+conventions?|"
+            r"by\s+convention|conventions?\s+(?:is|are)\s+(?:to|that)|conventions?\s+(?:for|of)\s+"
+            r"(?!the\b)\w+|conventions?\s*:|naming\s+(?:rules?|schemes?|styles?)|"
+            r"we\s+(?:always\s+)?use|our\s+(?:style|standard|rule)|"
             r"the\s+rule\s+is|in\s+this\s+(?:project|repo|codebase)|must\s+(?:always\s+)?use|"
             r"by\s+default\s+we|we\s+never|is\s+the\s+standard|code\s+style)\b",
             re.I,
@@ -148,8 +153,9 @@ _CUES: tuple[tuple[KnowledgeKind, re.Pattern[str]], ...] = (
             r"love|enjoy|hate|dislike)|(?:don't|do\s+not|never)\s+(?:like|want)|"
             r"can't\s+stand|(?:my|our)\s+fav(?:ou)?rite|please\s+(?!let\b|help\b)\w+|"
             r"always\s+(?:use|want|keep|give)|i\s+want|i'd\s+like)\b|"
-            # an imperative to the assistant is its user's wish: "Keep the comments in English"
-            r"^(?:always|never|keep|avoid|stop)\b",
+            # an imperative about a thing is its user's wish ("Keep the comments in English");
+            # one about oneself is encouragement ("Keep going!", "Keep up the great work!")
+            r"^(?:keep|avoid)\s+(?:the|all|my|our)\s+(?!(?:great|good|amazing|hard)\b)\w+",
             re.I,
         ),
     ),

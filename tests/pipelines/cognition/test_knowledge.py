@@ -59,6 +59,8 @@ def kinds(text: str) -> list[KnowledgeKind]:
         # a rule about lower-case names is a convention, not a technology
         ("We always use snake_case for column names.", KnowledgeKind.CONVENTION),
         ("数据库字段统一用蛇形命名。", KnowledgeKind.CONVENTION),
+        ("Our naming convention is kebab-case for file names.", KnowledgeKind.CONVENTION),
+        ("By convention, handlers live in the api folder.", KnowledgeKind.CONVENTION),
         # a lesson still comes before the technology it names
         ("We should not have used MongoDB for the ledger.", KnowledgeKind.MISTAKE),
         ("That migration broke the build twice.", KnowledgeKind.MISTAKE),
@@ -80,6 +82,11 @@ def test_cues_name_the_kind(text: str, kind: KnowledgeKind) -> None:
         "好的收到",
         "明白，谢谢张工！",
         "My car broke down on the way to the gym.",
+        # encouragement is no wish, and a convention one goes to is no rule
+        "Keep going and never give up!",
+        "Keep up the great work!",
+        "I went to a game convention and met new people.",
+        "The experience at this convention is unforgettable.",
         "Who owns the search service",
         "谁负责支付模块",
         "数据分析用的是哪个数据库",
