@@ -276,13 +276,13 @@ def same_value(kind: KnowledgeKind, a: str, b: str) -> bool:
 
 def restates(a: Candidate, b: Candidate, policy: ConsolidationPolicy) -> bool:
     """The explicit join of restatements (see ``RESTATEMENT_SHARED_WORDS``): the same kind,
-    scope and stance, and the same topic, or the same side of a stance axis and a topic word
-    in common. Owners and stacks never join this way: the statement that reassigns an owner
-    or replaces a technology shares every topic word but the name that matters."""
+    scope, stance and conditions, and the same topic, or the same side of a stance axis and a
+    topic word in common. Owners and stacks never join this way: the statement that reassigns
+    an owner or replaces a technology shares every topic word but the name that matters."""
     if (a.kind, a.scope) != (b.kind, b.scope) or a.kind in _VALUE_KINDS:
         return False
-    if not _same_stance(a, b):
-        return False
+    if not _same_stance(a, b) or fold(a.conditions or "") != fold(b.conditions or ""):
+        return False  # a wish for some situations is not the same wish said again
     shared = a.topic & b.topic
     if not shared:
         return False
@@ -367,6 +367,8 @@ def _cluster(
 ) -> list[_Cluster]:
     clusters: list[_Cluster] = []
     keys: list[tuple[KnowledgeKind, str]] = []
+    # the clusters a restatement may join: the same kind and scope
+    by_key: dict[tuple[KnowledgeKind, str], list[_Cluster]] = {}
     heads = np.zeros((0, vectors.shape[1]), dtype=np.float32)
     for candidate, vector in zip(candidates, vectors, strict=True):
         key = (candidate.kind, candidate.scope)
@@ -385,14 +387,15 @@ def _cluster(
                     cluster.members.append(candidate)
                     joined = True
                     break
-        if not joined:
-            for cluster in clusters:
+        if not joined and candidate.kind not in _VALUE_KINDS:
+            for cluster in by_key.get(key, ()):
                 if any(restates(member, candidate, policy) for member in cluster.members):
                     cluster.members.append(candidate)
                     joined = True
                     break
         if not joined:
             clusters.append(_Cluster(candidate, vector))
+            by_key.setdefault(key, []).append(clusters[-1])
             keys.append(key)
             heads = np.vstack([heads, vector[None, :]])
     return clusters

@@ -19,6 +19,7 @@ sources, which are read themselves), a report (:func:`is_report`: "Weekly report
 
 from __future__ import annotations
 
+import functools
 import re
 import uuid
 from collections.abc import Sequence
@@ -327,9 +328,14 @@ def is_hypothetical(sentence: str) -> bool:
 def knowledge_sources(memories: Sequence[EpisodicMemory]) -> list[EpisodicMemory]:
     """The memories knowledge may come from, for any extractor: raw episodes (a summary
     restates its sources) that carry a fact and are no report."""
-    return [
-        m for m in memories if m.level == 0 and carries_fact(m.content) and not is_report(m.content)
-    ]
+    return [m for m in memories if m.level == 0 and _may_hold_knowledge(m.content)]
+
+
+# consolidate() filters before any extractor and the offline one filters again for its other
+# callers: the second look at a run's memories is a cache hit (2,000 rows a run at most).
+@functools.lru_cache(maxsize=4096)
+def _may_hold_knowledge(content: str) -> bool:
+    return not is_report(content) and carries_fact(content)
 
 
 def extract_offline(memories: Sequence[EpisodicMemory]) -> KnowledgeBatch:
@@ -342,10 +348,10 @@ def extract_offline(memories: Sequence[EpisodicMemory]) -> KnowledgeBatch:
     for memory in knowledge_sources(memories):
         _, body = split_speaker(memory.content)
         for sentence in split_sentences(body):
-            if asks(sentence) or is_hypothetical(sentence) or not carries_fact(sentence):
-                continue
             kind = _kind_of(sentence, memory.type)
             if kind is None:
+                continue
+            if asks(sentence) or is_hypothetical(sentence) or not carries_fact(sentence):
                 continue
             if len(_substance(sentence, kind)) < _MIN_TOPIC_WORDS:
                 continue

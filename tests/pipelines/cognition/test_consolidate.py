@@ -287,14 +287,17 @@ def test_a_preference_restated_in_other_words_on_other_days_is_one_item() -> Non
 
 
 def test_restatements_need_the_same_topic_and_stance() -> None:
-    # given wishes of one user that share a word but not their object or their stance
+    # given wishes of one user that share a word but not their object, their stance or
+    # their situation
     rows = [
         memory("Please write commit messages in English.", days=0),
         memory("Please write code comments in English.", days=2),
         memory("I prefer brief answers.", days=0, task="t1"),
         memory("I prefer detailed answers.", days=3, task="t2"),
+        memory("When reviewing PRs, I like comments on each function."),
+        memory("I like comments on each function.", days=4, task="t3"),
     ]
-    plan = consolidate(rows, [], EMBED, T0 + timedelta(days=4))
+    plan = consolidate(rows, [], EMBED, T0 + timedelta(days=5))
     # then nothing joined: each mention stays on its own (a single mention stays episodic)
     assert all(len(c.semantic.source_memory_ids) == 1 for c in plan.changes)
     assert all(len(w.source_ids) == 1 for w in plan.episodic_only)
