@@ -396,10 +396,10 @@ class MemoryClient(Owning):
         """The tenant's semantic knowledge (what consolidation made of its episodes): each
         item's kind, content, confidence, conditions, sources (episode ids) and status.
 
-        ``kind`` keeps one kind (preference, pattern, mistake, convention); ``query`` keeps
-        the items saying some of it, the ones saying most first (else the most confident
-        first); at most ``limit`` (1-500). Raises :class:`InvalidInput` naming the field and
-        the limit."""
+        ``kind`` keeps one kind (preference, pattern, mistake, convention, owner, stack);
+        ``query`` keeps the items saying some of it, the ones saying most first (else the most
+        confident first); at most ``limit`` (1-500). Raises :class:`InvalidInput` naming the
+        field and the limit."""
         from workers.read.semantic import check_knowledge_call, list_knowledge
 
         call = check_knowledge_call(tenant_id=tenant_id, kind=kind, query=query, limit=limit)

@@ -38,7 +38,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
     p = subparsers.add_parser("list-semantic", help="a tenant's semantic knowledge, paged")
     p.add_argument("--tenant", required=True, help="tenant id")
-    p.add_argument("--kind", default=None, help="preference, pattern, mistake, convention")
+    p.add_argument(
+        "--kind", default=None, help="preference, pattern, mistake, convention, owner, stack"
+    )
     p.add_argument("--status", default=None, help="default the live ones; 'any' adds retired")
     p.add_argument("--cursor", default=None)
     p.add_argument("--limit", type=int, default=50, help="1-500")

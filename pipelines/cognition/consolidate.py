@@ -1,19 +1,25 @@
 """Consolidation, per tenant: episodes → reusable semantic knowledge (L4).
 
 1. **Extract** candidates from episodic memories: preferences, effective patterns, mistakes
-   to avoid and project conventions, each with a confidence, its source ids and a scope
-   (``user:<id>`` when every source has the same user, else ``tenant``). An LLM adapter
-   answers :class:`KnowledgeBatch` JSON; the offline rules (:class:`OfflineKnowledge`) find
-   them by cue words, one sentence at a time.
-2. **Cluster** the candidates of the run: same kind, scope and stance, embedding similarity
-   ≥ 0.85.
+   to avoid, project conventions, owners and the stack, each with a confidence, its source
+   ids and a scope (``user:<id>`` for a preference when every source has the same user, else
+   ``tenant``). An LLM adapter answers :class:`KnowledgeBatch` JSON; the offline rules
+   (:class:`OfflineKnowledge`) find them by cue words, one sentence at a time, and never in
+   summaries, reports, chatter, questions or hypotheticals.
+2. **Cluster** the candidates of the run: same kind, scope and stance, and either embedding
+   similarity ≥ 0.85 or a restatement in other words (:func:`restates`: more than half of the
+   smaller topic shared and at least two words, or the same side of a stance axis and a
+   shared topic word), so that a wish said on three days in three wordings is one item whose
+   sources hold every mention. Owners and stacks join only when they name the same people
+   and technologies (:func:`value_words`): "billing is now owned by Omar" is not "Dana owns
+   billing" said again.
 3. **Promote**: a preference becomes semantic only when it recurs across tasks (two or more
    task ids) or over time (mentions at least a day apart), or when it matches knowledge
-   already in the store; a single mention stays episodic. Patterns, mistakes and
-   conventions are promoted from one mention, with the lower confidence of one source.
-4. **Dedupe** against the semantic store: similarity ≥ 0.85 with the same stance merges
-   (confidence up by noisy-OR, new source ids appended; sources already counted change
-   nothing, so a replay is harmless).
+   already in the store; a single mention stays episodic. Patterns, mistakes, conventions,
+   owners and stacks are promoted from one mention, with the lower confidence of one source.
+4. **Dedupe** against the semantic store: similarity ≥ 0.85 with the same stance (and for
+   owners and stacks the same names) merges (confidence up by noisy-OR, new source ids
+   appended; sources already counted change nothing, so a replay is harmless).
 5. **Contradictions never overwrite.** When a candidate and a stored item share a topic
    (≥ half of their topic words) but take opposite stances (antonyms such as brief/detailed
    or a negation), and either states a condition ("for architecture questions", "when
@@ -31,6 +37,7 @@ Pure: the embedder is a port, the clock an argument; the worker applies the plan
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
@@ -45,14 +52,32 @@ from pipelines.cognition.knowledge import (
     KnowledgeExtractor,
     KnowledgeKind,
     OfflineKnowledge,
+    knowledge_sources,
 )
-from pipelines.cognition.stance import conditions_of, opposed, stance_of, topic_of, topic_overlap
+from pipelines.cognition.stance import (
+    conditions_of,
+    opposed,
+    stance_by_clause,
+    topic_of,
+    topic_overlap,
+)
 from pipelines.index.vectors import Embedder
 from pipelines.records import ID_NAMESPACE, EpisodicMemory, SemanticMemory
-from pipelines.text.words import fold
+from pipelines.text.identifiers import PERSON_RE
+from pipelines.text.words import STOPWORDS, fold
 
 MERGE_SIMILARITY = 0.85
 TOPIC_OVERLAP = 0.5
+# A restatement in other words rarely reaches MERGE_SIMILARITY with a lexical embedder
+# ("Please don't use emojis in commit messages" / "I really dislike emojis in commits" score
+# ~0.5 with the hashing embedder), so candidates of the same kind, scope and stance also join
+# on their topic words (``restates``): when they share more than half of the smaller topic and
+# at least two words (2 of 3 and 3 of 4 join; "commit messages in English" / "code comments
+# in English", 2 of 4, are two wishes and do not), or when they take the same side of the
+# same stance axis (brief, formal, tabs) and share a topic word ("short answers with bullet
+# points" / "keep your replies brief, a few bullets").
+RESTATEMENT_OVERLAP = 0.6
+RESTATEMENT_SHARED_WORDS = 2
 # Two mentions this far apart count as a recurrence over time.
 RECURRENCE_GAP = timedelta(days=1)
 MAX_CONFIDENCE = 0.99
@@ -127,6 +152,8 @@ class ConsolidationPolicy(BaseModel):
 
     merge_similarity: float = Field(MERGE_SIMILARITY, gt=0, le=1)
     topic_overlap: float = Field(TOPIC_OVERLAP, gt=0, le=1)
+    restatement_overlap: float = Field(RESTATEMENT_OVERLAP, gt=0, le=1)
+    restatement_shared_words: int = Field(RESTATEMENT_SHARED_WORDS, ge=1)
     recurrence_gap_s: float = Field(RECURRENCE_GAP.total_seconds(), ge=0)
 
 
@@ -164,7 +191,7 @@ def _candidates(
         if not sources:
             continue  # an extractor that cites memories it was not given is ignored
         scope, user, agent = _scope(item.kind, sources)
-        polarity, axes = stance_of(item.statement)
+        polarity, axes = stance_by_clause(item.statement)
         out.append(
             Candidate(
                 kind=item.kind,
@@ -225,6 +252,48 @@ def _same_stance(a: Candidate, b: Candidate) -> bool:
     return not opposed((a.polarity, a.axes), (b.polarity, b.axes))
 
 
+# Owners and stacks are the same knowledge only when they name the same people and
+# technologies: "Dana owns billing" and "billing is now owned by Omar" share every topic word
+# but one, and that word is the knowledge.
+_VALUE_KINDS = frozenset({KnowledgeKind.OWNER, KnowledgeKind.STACK})
+_NAME_RE = re.compile(r"\b[A-Z](?:[\w.+#-]*[\w+#])?")
+
+
+def value_words(statement: str) -> frozenset[str]:
+    """The names a statement gives: capitalised Latin words (Dana, PostgreSQL, K8s) and the
+    Chinese people of ``PERSON_RE`` (小王, 张工); a stopword that opens a sentence is none."""
+    names = {fold(m.group()) for m in _NAME_RE.finditer(statement)}
+    names = {n for n in names if n not in STOPWORDS}
+    names |= {m.group() for m in PERSON_RE.finditer(statement)}
+    return frozenset(names)
+
+
+def same_value(kind: KnowledgeKind, a: str, b: str) -> bool:
+    """Whether two statements of ``kind`` may be one item: always, except owners and stacks
+    that name different people or technologies."""
+    return kind not in _VALUE_KINDS or value_words(a) == value_words(b)
+
+
+def restates(a: Candidate, b: Candidate, policy: ConsolidationPolicy) -> bool:
+    """The explicit join of restatements (see ``RESTATEMENT_SHARED_WORDS``): the same kind,
+    scope, stance and conditions, and the same topic, or the same side of a stance axis and a
+    topic word in common. Owners and stacks never join this way: the statement that reassigns
+    an owner or replaces a technology shares every topic word but the name that matters."""
+    if (a.kind, a.scope) != (b.kind, b.scope) or a.kind in _VALUE_KINDS:
+        return False
+    if not _same_stance(a, b) or fold(a.conditions or "") != fold(b.conditions or ""):
+        return False  # a wish for some situations is not the same wish said again
+    shared = a.topic & b.topic
+    if not shared:
+        return False
+    if a.axes and a.axes == b.axes:
+        return True
+    return (
+        len(shared) >= policy.restatement_shared_words
+        and topic_overlap(a.topic, b.topic) >= policy.restatement_overlap
+    )
+
+
 def consolidate(
     memories: Sequence[EpisodicMemory],
     existing: Sequence[SemanticMemory],
@@ -242,12 +311,18 @@ def consolidate(
     tenant = next(iter(tenants)) if tenants else ""
     engine: KnowledgeExtractor = extractor or OfflineKnowledge()
     offline = OfflineKnowledge()
-    batch, extracted_by, _ = ask_with_fallback(
-        lambda: engine.extract_knowledge(memories),
-        lambda: offline.extract_knowledge(memories),
-        engine.name,
-    )
-    by_id = {m.id: m for m in memories}
+    # A model sees only what the rules may read: no summary, report or chatter is a source,
+    # and a model that cites one is ignored like any memory it was not given.
+    readable = knowledge_sources(memories)
+    if readable:
+        batch, extracted_by, _ = ask_with_fallback(
+            lambda: engine.extract_knowledge(readable),
+            lambda: offline.extract_knowledge(readable),
+            engine.name,
+        )
+    else:
+        batch, extracted_by = KnowledgeBatch(items=[]), engine.name
+    by_id = {m.id: m for m in readable}
     candidates = sorted(_candidates(batch, by_id), key=lambda c: c.first_seen)
     if not candidates:
         return ConsolidationPlan(
@@ -292,6 +367,8 @@ def _cluster(
 ) -> list[_Cluster]:
     clusters: list[_Cluster] = []
     keys: list[tuple[KnowledgeKind, str]] = []
+    # the clusters a restatement may join: the same kind and scope
+    by_key: dict[tuple[KnowledgeKind, str], list[_Cluster]] = {}
     heads = np.zeros((0, vectors.shape[1]), dtype=np.float32)
     for candidate, vector in zip(candidates, vectors, strict=True):
         key = (candidate.kind, candidate.scope)
@@ -302,12 +379,23 @@ def _cluster(
                 if scores[index] < policy.merge_similarity:
                     break
                 cluster = clusters[int(index)]
-                if keys[int(index)] == key and _same_stance(cluster.head, candidate):
+                if (
+                    keys[int(index)] == key
+                    and _same_stance(cluster.head, candidate)
+                    and same_value(candidate.kind, cluster.head.statement, candidate.statement)
+                ):
+                    cluster.members.append(candidate)
+                    joined = True
+                    break
+        if not joined and candidate.kind not in _VALUE_KINDS:
+            for cluster in by_key.get(key, ()):
+                if any(restates(member, candidate, policy) for member in cluster.members):
                     cluster.members.append(candidate)
                     joined = True
                     break
         if not joined:
             clusters.append(_Cluster(candidate, vector))
+            by_key.setdefault(key, []).append(clusters[-1])
             keys.append(key)
             heads = np.vstack([heads, vector[None, :]])
     return clusters
@@ -337,13 +425,13 @@ class _Store:
             if self.rows
             else np.zeros((0, embedder.dim), dtype=np.float32)
         )
-        self.stances = [stance_of(r.content) for r in self.rows]
+        self.stances = [stance_by_clause(r.content) for r in self.rows]
         self.topics = [topic_of(r.content, r.conditions) for r in self.rows]
 
     def _add(self, row: SemanticMemory, vector: np.ndarray) -> None:
         self.rows.append(row)
         self.matrix = np.vstack([self.matrix, vector[None, :]])
-        self.stances.append(stance_of(row.content))
+        self.stances.append(stance_by_clause(row.content))
         self.topics.append(topic_of(row.content, row.conditions))
 
     def _replace(self, index: int, row: SemanticMemory) -> None:
@@ -372,7 +460,7 @@ class _Store:
             if scores[index] < policy.merge_similarity:
                 break
             row = self.rows[int(index)]
-            if row.scope == head.scope:
+            if row.scope == head.scope and same_value(head.kind, head.statement, row.content):
                 return self._merge(int(index), row, cluster, now)
         # 3. new knowledge; a preference needs to recur first
         if head.kind is KnowledgeKind.PREFERENCE and not cluster.recurs(policy.recurrence_gap_s):

@@ -87,7 +87,7 @@ _CUES_ZH_RE = re.compile(
     r"不喜欢|喜欢|偏好|希望|想要|宁愿|宁可|倾向于?|习惯(?:用|于)?|请(?:用|使用|保持|务必|尽量|先)?|"
     r"总是|始终|一律|统一(?:使用|用|采用)?|以后都|每次都|本项目|这个项目|我们|约定|规范|惯例|"
     r"教训|经验|效果很好|效果不错|很有效|最佳实践|讨厌|反感|避免|务必|必须|应该|一些|一点|"
-    r"写得|写成|[我请的了都]"
+    r"写得|写成|[我请的了都里很]"
 )
 
 # Conditions: a clause ending in 时 / 的时候 before a comma, or opened by 如果 / 对于 /
@@ -153,6 +153,30 @@ def stance_of(statement: str) -> Stance:
             axes[axis] = side if polarity > 0 else 1 - side
     # With an axis the polarity is folded into the sides; it only matters without one.
     return (1 if axes else polarity), axes
+
+
+_CLAUSE_RE = re.compile(r"[，,;；]")
+
+
+def stance_by_clause(sentence: str) -> Stance:
+    """The sentence's stance, read clause by clause: "不要写太长，要简洁" says brief twice
+    (a negated long, then brief), where one reading of the whole would see a negated brief.
+    Clauses that take both sides of an axis leave it undecided."""
+    clauses = [c for c in _CLAUSE_RE.split(sentence) if c.strip()]
+    if len(clauses) < 2:
+        return stance_of(sentence)
+    axes: dict[str, int] = {}
+    split: set[str] = set()
+    polarity = 1
+    for clause in clauses:
+        clause_polarity, clause_axes = stance_of(clause)
+        if not clause_axes and clause_polarity < 0:
+            polarity = -1
+        for axis, side in clause_axes.items():
+            if axes.setdefault(axis, side) != side:
+                split.add(axis)
+    decided = {axis: side for axis, side in axes.items() if axis not in split}
+    return (1 if decided else polarity), decided
 
 
 def topic_of(statement: str, conditions: str | None) -> frozenset[str]:

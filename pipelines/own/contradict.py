@@ -52,7 +52,7 @@ from pipelines.cognition.stance import (
     Stance,
     conditions_of,
     opposed,
-    stance_of,
+    stance_by_clause,
     topic_of,
     topic_overlap,
 )
@@ -190,28 +190,8 @@ def _content(text: str) -> frozenset[str]:
     )
 
 
-_CLAUSE_RE = re.compile(r"[，,;；]")
-
-
 def _stance(sentence: str) -> Stance:
-    """The sentence's stance, read clause by clause: "不要写太长，要简洁" says brief twice
-    (a negated long, then brief), where one reading of the whole would see a negated brief.
-    Clauses that take both sides of an axis leave it undecided."""
-    clauses = [c for c in _CLAUSE_RE.split(sentence) if c.strip()]
-    if len(clauses) < 2:
-        return stance_of(sentence)
-    axes: dict[str, int] = {}
-    split: set[str] = set()
-    polarity = 1
-    for clause in clauses:
-        clause_polarity, clause_axes = stance_of(clause)
-        if not clause_axes and clause_polarity < 0:
-            polarity = -1
-        for axis, side in clause_axes.items():
-            if axes.setdefault(axis, side) != side:
-                split.add(axis)
-    decided = {axis: side for axis, side in axes.items() if axis not in split}
-    return (1 if decided else polarity), decided
+    return stance_by_clause(sentence)
 
 
 class _Statement(BaseModel):

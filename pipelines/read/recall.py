@@ -169,11 +169,14 @@ class MemoryStore(Protocol):
 # -- semantic knowledge ----------------------------------------------------------------------
 
 # How a kind of knowledge counts where the read path weighs a memory by its type (density in
-# a partition, the importance weight of the priority): a preference is one; a convention is a
-# standing decision; a mistake is a lesson learned from an outcome; a pattern says what to do.
+# a partition, the importance weight of the priority): a preference is one; a convention, an
+# owner and a stack are standing decisions; a mistake is a lesson learned from an outcome; a
+# pattern says what to do.
 KNOWLEDGE_TYPES: dict[str, MemoryType] = {
     "preference": MemoryType.PREFERENCE,
     "convention": MemoryType.DECISION,
+    "owner": MemoryType.DECISION,
+    "stack": MemoryType.DECISION,
     "mistake": MemoryType.FEEDBACK,
     "pattern": MemoryType.ACTION,
 }

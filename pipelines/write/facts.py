@@ -98,11 +98,12 @@ _SMALL_TALK_PHRASES_RE = re.compile(
 _STRETCHED_RE = re.compile(r"^(?:(?:ha|he|hi)+h?|h{2,}|hm+|u+m+|e+m+|m{2,}|a+h+|o+h+|u+h+|x+d+)$")
 # Chat slang for "well done" (六六六): digits that state no number.
 _SLANG_NUMBER_RE = re.compile(r"^6{3,}$")
-# The words that address someone: a line of these and names greets or thanks its addressee.
+# The words that address someone: a line of these and names greets, thanks or acknowledges
+# its addressee ("Gotcha, Jon!", "Noted, Priya.").
 _ADDRESSING_WORDS: frozenset[str] = words(
     """hi hello hey hiya howdy yo dear bye goodbye cya thanks thank thx ty congrats
     congratulations cheers welcome sorry good great nice awesome amazing glad proud morning
-    night"""
+    night gotcha noted understood roger"""
 )
 # Verbs after which a name is what is said, not whom it is said to ("I'm Priya").
 _NAMING_WORDS: frozenset[str] = words(

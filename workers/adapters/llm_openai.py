@@ -414,11 +414,15 @@ drop chatter; keep every identifier. Answer with a JSON object and nothing else:
 
 KNOWLEDGE_PROMPT = (
     """You consolidate an agent's episodic memories into reusable knowledge:
-user preferences, effective patterns, mistakes to avoid and project conventions. State each
-as one self-contained sentence, cite the ids of the memories it comes from, give a
-confidence in [0, 1] and, when it only holds in some situations, its conditions ("for
-architecture questions", "遇到架构问题时"). Answer with a JSON object and nothing else:
-{"items": [{"kind": "preference|pattern|mistake|convention", "statement": "...",
+user preferences, effective patterns, mistakes to avoid, project conventions, owners (who
+owns or is assigned a module, a service or a piece of work) and the stack (the language,
+database, framework or broker chosen for an aspect). State each as one self-contained
+sentence, cite the ids of the memories it comes from, give a confidence in [0, 1] and, when
+it only holds in some situations, its conditions ("for architecture questions", "遇到架构问题
+时"). A wish said several times is one item citing every mention. Never state knowledge from
+status reports, summaries, questions, chatter or hypotheticals. Answer with a JSON object and
+nothing else:
+{"items": [{"kind": "preference|pattern|mistake|convention|owner|stack", "statement": "...",
   "confidence": 0.0, "source_ids": ["<memory id>"], "conditions": null}]}
 """
     + LANGUAGE_RULE

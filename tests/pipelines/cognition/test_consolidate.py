@@ -23,7 +23,7 @@ from pipelines.cognition.knowledge import (
     parse_knowledge,
 )
 from pipelines.cognition.stance import conditions_of, opposed, stance_of
-from pipelines.records import EpisodicMemory, MemoryType, SemanticMemory
+from pipelines.records import EpisodicMemory, Level, MemoryType, SemanticMemory
 
 T0 = datetime(2024, 3, 1, 9, tzinfo=UTC)
 
@@ -264,3 +264,116 @@ def test_a_malformed_extraction_is_retried_then_answered_offline() -> None:
     assert extractor.calls == 2
     assert plan.extracted_by == "offline-fallback"
     assert [c.kind for c in plan.changes] == [KnowledgeKind.CONVENTION]
+
+
+# -- restatements, owners and stacks -----------------------------------------------------------
+
+
+def test_a_preference_restated_in_other_words_on_other_days_is_one_item() -> None:
+    # given one wish said three times in other words (the embeddings are far apart)
+    rows = [
+        memory("I prefer short answers with bullet points.", days=0),
+        memory("Please keep your replies brief, a few bullets is plenty.", days=2),
+        memory("Please don't use emojis in commit messages.", days=3),
+        memory("I really dislike emojis in commits.", days=5),
+    ]
+    plan = consolidate(rows, [], EMBED, T0 + timedelta(days=6))
+    # then each wish is one item citing every mention, promoted by its recurrence
+    by_first = {c.semantic.content: c.semantic.source_memory_ids for c in plan.changes}
+    assert by_first == {
+        "I prefer short answers with bullet points.": (rows[0].id, rows[1].id),
+        "Please don't use emojis in commit messages.": (rows[2].id, rows[3].id),
+    }
+
+
+def test_restatements_need_the_same_topic_and_stance() -> None:
+    # given wishes of one user that share a word but not their object, their stance or
+    # their situation
+    rows = [
+        memory("Please write commit messages in English.", days=0),
+        memory("Please write code comments in English.", days=2),
+        memory("I prefer brief answers.", days=0, task="t1"),
+        memory("I prefer detailed answers.", days=3, task="t2"),
+        memory("When reviewing PRs, I like comments on each function."),
+        memory("I like comments on each function.", days=4, task="t3"),
+    ]
+    plan = consolidate(rows, [], EMBED, T0 + timedelta(days=5))
+    # then nothing joined: each mention stays on its own (a single mention stays episodic)
+    assert all(len(c.semantic.source_memory_ids) == 1 for c in plan.changes)
+    assert all(len(w.source_ids) == 1 for w in plan.episodic_only)
+
+
+def test_a_reassigned_owner_is_a_second_item_not_a_merge() -> None:
+    # given an owner, and ten days later the same service owned by someone else
+    before = memory("Dana owns the billing service.", user=None)
+    after = memory("The billing service is now owned by Omar.", days=10, user=None)
+    plan = consolidate([before, after], [], EMBED, T0 + timedelta(days=11))
+    # then both are owner knowledge of the tenant, neither merged into the other
+    assert [(c.kind, c.action, c.semantic.source_memory_ids) for c in plan.changes] == [
+        (KnowledgeKind.OWNER, ChangeAction.CREATE, (before.id,)),
+        (KnowledgeKind.OWNER, ChangeAction.CREATE, (after.id,)),
+    ]
+    assert all(c.semantic.scope == "tenant" for c in plan.changes)
+    # and a stored owner is not extended by a statement that names another one
+    stored = plan.changes[0].semantic
+    again = memory("Omar owns the billing service.", days=12, user=None)
+    (change,) = consolidate([again], [stored], EMBED, T0 + timedelta(days=13)).changes
+    assert change.action is ChangeAction.CREATE and change.semantic.id != stored.id
+
+
+def test_a_stack_restated_merges_but_another_technology_does_not() -> None:
+    first = memory("The backend is written in Go.", user=None)
+    same = memory("The backend is written in Go!", task="t2", user=None)
+    other = memory("The backend is written in Rust.", task="t3", user=None)
+    plan = consolidate([first, same, other], [], EMBED, T0)
+    assert sorted(
+        (c.semantic.content, len(c.semantic.source_memory_ids)) for c in plan.changes
+    ) == [("The backend is written in Go.", 2), ("The backend is written in Rust.", 1)]
+    assert {c.kind for c in plan.changes} == {KnowledgeKind.STACK}
+
+
+class RecordingExtractor:
+    """A fake model that states every memory it is shown as a convention."""
+
+    def __init__(self) -> None:
+        self.shown: list[str] = []
+
+    @property
+    def name(self) -> str:
+        return "recording"
+
+    def extract_knowledge(self, memories: Sequence[EpisodicMemory]) -> KnowledgeBatch:
+        self.shown.extend(m.content for m in memories)
+        return KnowledgeBatch(
+            items=[
+                KnowledgeItem(
+                    kind=KnowledgeKind.CONVENTION,
+                    statement=f"Rule: {m.content}",
+                    confidence=0.9,
+                    source_ids=[m.id],
+                )
+                for m in memories
+            ]
+        )
+
+
+def test_a_model_is_shown_no_report_summary_or_chatter() -> None:
+    # given a report, a summary, an acknowledgement and one raw statement
+    rule = memory("In this project, branch names start with the ticket number.", user=None)
+    rows = [
+        memory("Weekly report: we use feature flags, the login page is done.", user=None),
+        memory("Summary: branch naming was discussed.", user=None).model_copy(
+            update={"level": Level.L1}
+        ),
+        memory("Gotcha, Jon!", user=None),
+        rule,
+    ]
+    model = RecordingExtractor()
+    plan = consolidate(rows, [], EMBED, T0, model)
+    # then the model saw the statement only, and only it became knowledge
+    assert model.shown == [rule.content]
+    assert [c.semantic.source_memory_ids for c in plan.changes] == [(rule.id,)]
+    assert plan.memories_seen == 4
+    # and with nothing to read, the model is not asked at all
+    idle = RecordingExtractor()
+    assert consolidate(rows[:3], [], EMBED, T0, idle).changes == () and idle.shown == []

@@ -79,7 +79,7 @@ def memory(
         ("代码评审意见总是先写结论。", KnowledgeKind.PREFERENCE),
         ("不要在周报里贴大段日志。", KnowledgeKind.PREFERENCE),
         ("We always use snake_case for module names in this project.", KnowledgeKind.CONVENTION),
-        ("本项目统一使用 TypeScript + Node.js + PostgreSQL。", KnowledgeKind.CONVENTION),
+        ("本项目统一使用 TypeScript + Node.js + PostgreSQL。", KnowledgeKind.STACK),
         ("数据库列名一律用 snake_case。", KnowledgeKind.CONVENTION),
         ("Retrying with jitter worked well for the billing timeouts.", KnowledgeKind.PATTERN),
         ("账单服务超时的时候，带抖动的重试效果很好。", KnowledgeKind.PATTERN),
@@ -140,7 +140,7 @@ def test_a_chinese_preference_recurring_across_tasks_counts_the_same_day() -> No
     assert consolidate(same_task, [], EMBED, T0).changes == ()
 
 
-def test_a_restated_chinese_convention_merges_and_a_replay_changes_nothing() -> None:
+def test_a_restated_chinese_stack_merges_and_a_replay_changes_nothing() -> None:
     # given the stack already known
     first = memory("本项目统一使用 TypeScript + Node.js + PostgreSQL。", user=None)
     stored = consolidate([first], [], EMBED, T0).changes[0].semantic
@@ -257,8 +257,11 @@ def test_the_projects_preference_and_conventions_become_knowledge(
     assert preference in by_kind[KnowledgeKind.PREFERENCE].semantic.content
     assert len(by_kind[KnowledgeKind.PREFERENCE].semantic.source_memory_ids) == 5
     assert by_kind[KnowledgeKind.PREFERENCE].semantic.scope.startswith("user:")
-    assert "snake_case" in by_kind[KnowledgeKind.CONVENTION].semantic.content
     if stack:
-        assert stack in by_kind[KnowledgeKind.CONVENTION].semantic.content
+        # one sentence names the stack and the column rule: a technology choice first
+        assert stack in by_kind[KnowledgeKind.STACK].semantic.content
+        assert "snake_case" in by_kind[KnowledgeKind.STACK].semantic.content
+    else:
+        assert "snake_case" in by_kind[KnowledgeKind.CONVENTION].semantic.content
     assert KnowledgeKind.MISTAKE in by_kind
     assert {c.action for c in plan.changes} == {ChangeAction.CREATE}

@@ -97,6 +97,11 @@ def test_the_personal_fact_the_decay_sweep_evicted_now_scores_above_the_line() -
         # a name said to someone is chatter; a name stated, placed or acting is not
         ("Thanks, Melanie!", False),
         ("Bye Nate!", False),
+        # an acknowledgement to someone too; "okay" or "sure" before a name may be an answer
+        ("Gotcha, Jon!", False),
+        ("Noted, Priya.", False),
+        ("Okay, Monday.", True),
+        ("Sure, Postgres.", True),
         ("I'm Priya.", True),
         ("What do you love about Seattle?", True),
         ("Aww so cute! Toby looks happy!", True),

@@ -621,6 +621,48 @@ def test_consolidation_promotes_recurring_knowledge_and_never_overwrites(ctx, db
     assert old == (by_kind["preference"][0], "active")
 
 
+def test_consolidation_stores_owners_and_stacks_and_nothing_of_reports_or_chatter(ctx, db) -> None:  # type: ignore[no-untyped-def]
+    # given an owner, a stack, a reassignment ten days later, a report, an acknowledgement
+    # and a question without its question mark, in both languages
+    lines = [
+        ("Maya: Priya owns the payments module.", 0),
+        ("Maya: The backend is written in Go.", 0),
+        ("Maya: Weekly report: we use feature flags now, Sam owns checkout.", 1),
+        ("Leo: Gotcha, Maya!", 1),
+        ("张三：搜索服务由小王负责。", 2),
+        ("李四：谁负责支付模块", 2),
+        ("张三：周报：统一使用新的日志库。", 3),
+        ("Maya: The payments module is now owned by Omar.", 10),
+    ]
+    store(
+        db,
+        [
+            {
+                "content": content,
+                "tenant_id": TENANT,
+                "task_id": TASK,
+                "session_id": f"s-{day}",
+                "user_id": "maya",
+                "timestamp": START + timedelta(days=day),
+            }
+            for content, day in lines
+        ],
+    )
+
+    # when the tenant is consolidated
+    consolidate_tenant(ctx, TENANT, uuid.uuid4(), START + timedelta(days=11))
+
+    # then the owners (both, the reassignment beside the first) and the stack are stored
+    # with their kinds, and the report, the acknowledgement and the question are not
+    rows = sorted(db.execute("SELECT kind, content FROM semantic_memories").fetchall())
+    assert rows == [
+        ("owner", "Priya owns the payments module."),
+        ("owner", "The payments module is now owned by Omar."),
+        ("owner", "搜索服务由小王负责。"),
+        ("stack", "The backend is written in Go."),
+    ]
+
+
 def test_links_on_write_and_the_multi_hop_traversal(ctx, db, redis_client) -> None:  # type: ignore[no-untyped-def]
     # given a project whose memories the write path stored and indexed
     items = history(START)
