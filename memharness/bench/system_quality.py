@@ -337,6 +337,8 @@ class Asked:
     tallies: dict[str, Tally] = field(default_factory=lambda: defaultdict(Tally))
     hit_ids: set[str] = field(default_factory=set)
     summaries_returned: int = 0
+    # How many level-0 turns each summary in a top 10 covers: the weight of its credit.
+    summary_cover_sizes: list[int] = field(default_factory=list)
     knowledge_in_context: int = 0
     context_tokens: list[int] = field(default_factory=list)
     partition_tokens: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
@@ -374,7 +376,9 @@ def ask_questions(
             figures[f"{name}_strict"] = strict
             figures[f"{name}_credit"] = credited
             asked.hit_ids.update(ids)
-            asked.summaries_returned += sum(1 for i in ids if cover.level_of.get(i, 0) >= 1)
+            summaries = [i for i in ids if cover.level_of.get(i, 0) >= 1]
+            asked.summaries_returned += len(summaries)
+            asked.summary_cover_sizes.extend(len(cover.covers.get(i, ())) for i in summaries)
         strict, credited = credit(delivered, cover, question.gold)
         figures["in_context_strict"], figures["in_context_credit"] = strict, credited
 
@@ -686,6 +690,8 @@ def run(
     }
     result["background"] = _sum_background(background)
     result["summaries_returned_in_top_10"] = asked.summaries_returned
+    result["top_10_slots"] = 2 * K * asked.tallies["all"].count
+    result["summary_turns_covered_mean"] = _mean(asked.summary_cover_sizes)
     result["knowledge_items_in_context"] = asked.knowledge_in_context
     result["context_tokens_mean"] = _mean(asked.context_tokens)
     result["context_partition_tokens_mean"] = {
