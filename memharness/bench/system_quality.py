@@ -518,6 +518,24 @@ def background_counts(store: Store, tenant: str) -> dict[str, Any]:
             "SELECT status, count(*) FROM memory_conflicts WHERE tenant_id = %s "
             "GROUP BY 1 ORDER BY 1"
         ),
+        "conflict_examples": [
+            {"older": o[:200], "newer": n[:200], "status": st, "reason": r[:200]}
+            for o, n, st, r in store.rows(
+                "SELECT o.content, n.content, c.status, c.reason FROM memory_conflicts c "
+                "JOIN memories o ON o.id = c.older_id JOIN memories n ON n.id = c.newer_id "
+                "WHERE c.tenant_id = %s ORDER BY o.ts, o.id LIMIT 5",
+                tenant,
+            )
+        ],
+        "correction_examples": [
+            {"older": o[:200], "newer": n[:200], "reason": (r or "")[:200]}
+            for o, n, r in store.rows(
+                "SELECT o.content, n.content, o.change_reason FROM memories o "
+                "JOIN memories n ON n.id = o.corrected_by WHERE o.tenant_id = %s "
+                "ORDER BY o.ts, o.id LIMIT 5",
+                tenant,
+            )
+        ],
         "events": grouped(
             "SELECT event || ':' || actor, count(*) FROM memory_events WHERE tenant_id = %s "
             "GROUP BY 1 ORDER BY 1"
@@ -736,6 +754,8 @@ def _sum_background(items: Sequence[dict[str, Any]]) -> dict[str, Any]:
         for key, value in other.items():
             if isinstance(value, dict):
                 add(into.setdefault(key, {}), value)
+            elif isinstance(value, list):
+                into[key] = (into.get(key, []) + value)[:EXAMPLES]
             elif isinstance(value, int | float) and not isinstance(value, bool):
                 into[key] = into.get(key, 0) + value
             else:
@@ -770,8 +790,7 @@ def replay_conversation(
     run_settings = settings.model_copy(update={"qdrant_path": work / "qdrant"})
     # The last night of the conversation is the night before this run (module docstring).
     last_night = night_after(sessions[-1], None)
-    today = datetime.now(UTC).date()
-    shift = timedelta(days=(today - last_night.date()).days)
+    shift = timedelta(days=(datetime.now(UTC) - last_night) // timedelta(days=1))
     workers: list[Managed] = []
     store = Store(settings.database_url)
     written: dict[str, uuid.UUID | None] = {}
