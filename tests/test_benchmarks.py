@@ -263,6 +263,7 @@ def test_system_quality_replays_through_real_workers(  # type: ignore[no-untyped
     for key in ("recall_at_10_recall_strict", "recall_at_10_recall_credit",
                 "recall_at_10_context_strict", "recall_at_10_context_credit",
                 "in_context_strict", "in_context_credit", "pure_in_context",
+                "recall_at_10_recall_raw_only", "recall_at_10_context_raw_only",
                 "recall_at_10_pure_full", "recall_at_10_pure_dense"):  # fmt: skip
         assert 0.0 <= float(result[key]) <= 1.0, key
     for name in ("recall", "context", "in_context"):

@@ -358,7 +358,12 @@ def ask_questions(
     for question in conversation.questions:
         category = CATEGORIES[question.category]
         started = time.monotonic()
-        recalled = [hit["id"] for hit in client.recall(question.text, tenant_id=tenant, limit=K)]
+        # Three times K: the first K are the answer to limit=K (ties are ordered by id), the
+        # rest give the first K raw turns when summaries are set aside.
+        recalled_deep = [
+            hit["id"] for hit in client.recall(question.text, tenant_id=tenant, limit=3 * K)
+        ]
+        recalled = recalled_deep[:K]
         context = client.context(
             conversation.sample_id, question.text, BUDGET_TOKENS, tenant_id=tenant
         )
@@ -379,6 +384,11 @@ def ask_questions(
             summaries = [i for i in ids if cover.level_of.get(i, 0) >= 1]
             asked.summaries_returned += len(summaries)
             asked.summary_cover_sizes.extend(len(cover.covers.get(i, ())) for i in summaries)
+        # The same rankings with the summaries set aside: what the gap to the pure pipeline
+        # owes to summaries taking slots, and what it owes to everything else.
+        for name, deep in (("recall", recalled_deep), ("context", ranked)):
+            raw = [i for i in deep if cover.level_of.get(i, 0) == 0][:K]
+            figures[f"{name}_raw_only"] = credit(raw, cover, question.gold)[0]
         strict, credited = credit(delivered, cover, question.gold)
         figures["in_context_strict"], figures["in_context_credit"] = strict, credited
 
@@ -676,6 +686,8 @@ def run(
         "recall_at_10_recall_credit": means.get("recall_credit"),
         "recall_at_10_context_strict": means.get("context_strict"),
         "recall_at_10_context_credit": means.get("context_credit"),
+        "recall_at_10_recall_raw_only": means.get("recall_raw_only"),
+        "recall_at_10_context_raw_only": means.get("context_raw_only"),
         "in_context_strict": means.get("in_context_strict"),
         "in_context_credit": means.get("in_context_credit"),
         "pure_in_context": means.get("pure_in_context"),
