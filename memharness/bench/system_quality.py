@@ -15,9 +15,9 @@ LoCoMo-format file through the real product and asks every question:
   minutes of the night until one creates nothing (each followed by its quality checks), the
   scheduled quality sweep and the nightly consolidation, all published with ``now`` set to the
   night, as beat publishes them, then waited for through ``cognition_runs``;
-* the conversation's timeline is shifted by whole days so that its last night is the night
-  before the run: the read path's clock (the wall clock) then sees the history as recent, as a
-  user asking the morning after would;
+* the conversation's timeline is shifted so that its last night ended six hours before the
+  questions: the read path's clock (the wall clock) then sees the history as a user asking
+  the morning after would;
 * every question of categories 1-4 is asked through ``recall()`` (limit 10) and ``context()``
   (budget 4,000 tokens); the returned memories are mapped back to dia_ids.
 
@@ -82,6 +82,8 @@ QUICK_SESSIONS = 3
 COMPRESS_ROUNDS = 6
 COMPRESS_EVERY = timedelta(minutes=15)
 NIGHT_HOUR_UTC = 3
+# The questions come the morning after the last night (03:00 + 6 h).
+ASK_AFTER = timedelta(hours=6)
 OWNER_QUEUES = ("write", "embed", "recall")
 BACKGROUND_QUEUES = ("maintenance", "compress", "quality", "consolidate")
 TENANT_NAMESPACE = uuid.UUID("5d7c4f0e-6b1a-5c1e-9a57-5f0a1d2c3b4e")
@@ -358,12 +360,12 @@ def ask_questions(
     for question in conversation.questions:
         category = CATEGORIES[question.category]
         started = time.monotonic()
-        # Three times K: the first K are the answer to limit=K (ties are ordered by id), the
-        # rest give the first K raw turns when summaries are set aside.
+        recalled = [hit["id"] for hit in client.recall(question.text, tenant_id=tenant, limit=K)]
+        # Asked again for three times K, for the first K raw turns with summaries set aside
+        # (a separate call: a deeper search of the graph index may order the top K otherwise).
         recalled_deep = [
             hit["id"] for hit in client.recall(question.text, tenant_id=tenant, limit=3 * K)
         ]
-        recalled = recalled_deep[:K]
         context = client.context(
             conversation.sample_id, question.text, BUDGET_TOKENS, tenant_id=tenant
         )
@@ -800,9 +802,13 @@ def replay_conversation(
     migrate(settings.database_url)
     run_env = env | {"MEMHARNESS_QDRANT_PATH": str(work / "qdrant")}
     run_settings = settings.model_copy(update={"qdrant_path": work / "qdrant"})
-    # The last night of the conversation is the night before this run (module docstring).
+    # The questions are asked ASK_AFTER the last night, by the wall clock the read path uses
+    # (module docstring); whole minutes, so that a run's figures do not hang on the hour it
+    # started at, only on how long its replay took.
     last_night = night_after(sessions[-1], None)
-    shift = timedelta(days=(datetime.now(UTC) - last_night) // timedelta(days=1))
+    shift = (
+        (datetime.now(UTC) - ASK_AFTER - last_night) // timedelta(minutes=1) * timedelta(minutes=1)
+    )
     workers: list[Managed] = []
     store = Store(settings.database_url)
     written: dict[str, uuid.UUID | None] = {}
