@@ -15,6 +15,7 @@ from memharness.bench.cognition import register_bench as register_cognition_benc
 from memharness.bench.embedders import EMBEDDERS
 from memharness.bench.forget import register_bench as register_forget_bench
 from memharness.bench.retrieval_latency import register_bench as register_latency
+from memharness.bench.system_quality import register_bench as register_system_quality
 from memharness.checkpoint_cli import register as register_checkpoints
 from memharness.checkpoint_cli import register_bench
 from memharness.health_cli import register as register_health
@@ -241,6 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
     register_api_bench(bench)
     register_forget_bench(bench)
     register_cognition_bench(bench)
+    register_system_quality(bench)
     p.set_defaults(func=_cmd_bench)
 
     register_checkpoints(sub)

@@ -245,6 +245,45 @@ def test_retrieval_latency_reports_in_process_and_end_to_end_keys(
     assert float(run_["e2e_under_writes_records_per_s"]) > 50
 
 
+@pytest.mark.integration
+def test_system_quality_replays_through_real_workers(  # type: ignore[no-untyped-def]
+    migrated, settings, redis_client, tmp_path: Path, capsys
+) -> None:
+    from memharness.bench.system_quality import run
+
+    # given a small LoCoMo-format conversation of two sessions
+    data = write_locomo(tmp_path / "c.json")
+
+    # when it is replayed through real workers, a night after each session, and asked
+    assert run(settings, data=str(data), quick=True, redis_db=None) == 0
+    result = last_json(capsys)
+
+    # then every figure is a recall, beside the pure pipeline's on the same questions
+    assert result["questions"] == 5 and result["nights"] == 2  # category 5 is not asked
+    for key in ("recall_at_10_recall_strict", "recall_at_10_recall_credit",
+                "recall_at_10_context_strict", "recall_at_10_context_credit",
+                "in_context_strict", "in_context_credit", "pure_in_context",
+                "recall_at_10_recall_raw_only", "recall_at_10_context_raw_only",
+                "recall_at_10_pure_full", "recall_at_10_pure_dense"):  # fmt: skip
+        assert 0.0 <= float(result[key]) <= 1.0, key
+    for name in ("recall", "context", "in_context"):
+        prefix = "recall_at_10_" if name != "in_context" else ""
+        assert float(result[f"{prefix}{name}_credit"]) >= float(result[f"{prefix}{name}_strict"])
+    # and every gold turn is accounted for: reachable, folded into a summary, or unreachable
+    gold = result["gold_turns"]
+    unreachable = result["unreachable_gold"]
+    folded = unreachable["reachable_folded_into_summary"].get("count", 0)
+    assert 0 <= unreachable["total"] <= gold
+    assert unreachable["total"] + unreachable["reachable"] + folded == gold
+    assert unreachable["total"] == sum(s["count"] for s in unreachable["by_state"].values())
+    # and the context stays within its budget; the offline adapter reports no tokens
+    assert 0 < float(result["context_tokens_mean"]) <= result["budget_tokens"]
+    assert 0 < float(result["pure_context_tokens_mean"]) <= result["budget_tokens"]
+    assert result["llm_tokens_per_1000_turns"] is None and result["llm_tokens_note"]
+    assert set(result["background"]) >= {"corrections_automatic", "conflicts", "semantic",
+                                          "summary_levels", "evictions"}  # fmt: skip
+
+
 def test_cognition_scores_every_labeled_correction_pair_offline(capsys) -> None:  # type: ignore[no-untyped-def]
     from memharness.bench.cognition import DEFAULT_DATA_DIR
     from memharness.cli import build_parser

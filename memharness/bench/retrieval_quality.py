@@ -43,7 +43,7 @@ from pipelines.read.config import RRF_K
 from pipelines.read.focus import offline_focus
 from pipelines.read.recall import MemoryView, Recallers, RecallHit, RecallScope
 from pipelines.read.retrieve import retrieve
-from pipelines.read.rewrite import offline_rewrite
+from pipelines.read.rewrite import QueryVariants, offline_rewrite
 from pipelines.read.sparse import BM25Index
 from pipelines.records import Level
 from pipelines.write.decide import offline_judge
@@ -299,17 +299,21 @@ def load_embedder(name: str) -> Embedder:
     return embedders.load_embedder(name)
 
 
-def evaluate_conversation(
-    conversation: Conversation,
-    embedder: Embedder,
-    tallies: dict[str, dict[str, Tally]],
-    depths: Counter[int],
-    bar: Progress | None = None,
-) -> None:
-    bar = bar or Progress()
+@dataclass
+class PureStore:
+    """A conversation's turns held in this process, as the pure pipeline reads them: the
+    recall ports, the scope at the last turn's time and every question's rewrites."""
+
+    dense: DenseMatrix
+    index: BM25Index
+    ports: Recallers
+    scope: RecallScope
+    variants: dict[str, QueryVariants]
+
+
+def build_pure_store(conversation: Conversation, embedder: Embedder) -> PureStore:
     ids = [turn.dia_id for turn in conversation.turns]
     texts = [turn.content for turn in conversation.turns]
-    started = time.monotonic()
     dense = DenseMatrix(embedder, ids, embed_matrix(embedder, texts))
     index = BM25Index()
     index.add_many(zip(ids, texts, strict=True))
@@ -340,16 +344,32 @@ def evaluate_conversation(
     related: Callable[[str], list[str]] = lambda text: sparse.related_terms(text, scope, 8)  # noqa: E731
     variants = {q.text: offline_rewrite(q.text, related) for q in conversation.questions}
     dense.prime([text for v in variants.values() for _, text in v.items()])
+    return PureStore(dense=dense, index=index, ports=ports, scope=scope, variants=variants)
+
+
+def evaluate_conversation(
+    conversation: Conversation,
+    embedder: Embedder,
+    tallies: dict[str, dict[str, Tally]],
+    depths: Counter[int],
+    bar: Progress | None = None,
+) -> None:
+    bar = bar or Progress()
+    started = time.monotonic()
+    store = build_pure_store(conversation, embedder)
+    dense, index, scope, variants = store.dense, store.index, store.scope, store.variants
     bar.note(
-        f"{conversation.sample_id}: {len(ids)} memories, {len(conversation.questions)} "
-        f"questions, indexed in {time.monotonic() - started:.1f}s"
+        f"{conversation.sample_id}: {len(conversation.turns)} memories, "
+        f"{len(conversation.questions)} questions, indexed in {time.monotonic() - started:.1f}s"
     )
     for question in conversation.questions:
         ranked_dense = [hit.id for hit in dense.search_dense(question.text, scope, RANK_DEPTH)]
         ranked_sparse = [key for key, _ in index.search(question.text, RANK_DEPTH)]
         ranked_fused = rrf([ranked_dense, ranked_sparse])[:RANK_DEPTH]
         focus = offline_focus(question.text)
-        result = retrieve(question.text, scope, ports, focus, variants=variants[question.text])
+        result = retrieve(
+            question.text, scope, store.ports, focus, variants=variants[question.text]
+        )
         depths[result.depth] += 1
         ranked_full = [candidate.memory.id for candidate in result.candidates]
         category = CATEGORIES[question.category]
