@@ -204,21 +204,40 @@ class _Statement(BaseModel):
     cued: bool
 
 
+# The reason a statement gives ("…, because the team knows it", "…，因为供应商明年起不再打补丁"):
+# what it is about and the value it names are in the clause before it. Project notes restate
+# the same reasons for different subjects, so a reason shared by two decisions about two
+# modules must not make them one statement.
+_REASON_RE = re.compile(
+    r"(?:[,;]\s*|\s+)(?:because|since|as\s+a\s+result|given\s+that|the\s+reason\s+(?:is|was))\b.*$"
+    r"|[，,；;：:]?\s*(?:是因为|因为|由于|原因是|理由是|考虑到|出于).*$",
+    re.I | re.S,
+)
+
+
+def main_clause(sentence: str) -> str:
+    """A sentence without the reason it gives (the whole sentence when nothing is left)."""
+    cut = _REASON_RE.sub("", sentence).strip()
+    return cut if topic_words(cut) else sentence
+
+
 def _statements(text: str) -> list[_Statement]:
     """Each sentence that states something (questions and sentences without topic words left
-    out), with its topic words, stance, values and whether it says it corrects."""
+    out), with its topic words and values (of its main clause: without the reason it gives),
+    stance and whether it says it corrects."""
     parts = []
     for sentence in split_sentences(text) or [text]:
         if is_question(sentence):
             continue
-        topic = topic_words(sentence)
+        clause = main_clause(sentence)
+        topic = topic_words(clause)
         if topic:
             parts.append(
                 _Statement(
                     text=sentence,
                     topic=topic,
                     stance=_stance(sentence),
-                    values=_values(sentence),
+                    values=_values(clause),
                     cued=has_correction_cue(sentence),
                 )
             )
@@ -307,6 +326,52 @@ def _weak(old: _Statement, new: _Statement) -> str | None:
     return None
 
 
+# The part of a system a statement is about: 支付模块, 搜索服务, 账单系统, "the billing service",
+# "the search endpoint". Two statements about two different ones are about two subjects,
+# however alike the rest of their words ("报表模块的数据库采用 TiDB" / "网关的数据库决定用 TiDB").
+# A Chinese name is the two characters before its head (账单系统, 支付模块), or the head alone
+# (网关) after a particle.
+_SUBJECT_ZH_RE = re.compile(
+    r"(?:(?<![\u4e00-\u9fff])|(?<=[的了为和与把用在是])|[\u4e00-\u9fff]{2})(?:模块|服务|系统|平台|网关)"
+)
+_PARTICLES_ZH = frozenset("的了为和与把用在是作")
+_SUBJECT_EN_RE = re.compile(
+    r"\b([a-z][\w-]*(?:\s+[a-z][\w-]*)?)\s+(?:module|service|system|endpoint|api|gateway)\b",
+    re.I,
+)
+_SUBJECT_LEAD_RE = re.compile(r"^(?:the|our|a|an|new|old)\s+", re.I)
+
+
+def subjects(text: str) -> frozenset[str]:
+    """The modules, services and systems a text names, folded."""
+    found = {m.group(0).lstrip("".join(_PARTICLES_ZH)) for m in _SUBJECT_ZH_RE.finditer(text)}
+    found |= {_SUBJECT_LEAD_RE.sub("", fold(m.group(0))) for m in _SUBJECT_EN_RE.finditer(text)}
+    return frozenset(found)
+
+
+# What of a module a Chinese statement is about: 报表模块的「数据库」采用 TiDB, 网关的「日志方案」.
+_ATTRIBUTE_ZH_RE = re.compile(
+    r"(?:模块|服务|系统|平台|网关)的([\u4e00-\u9fff]{2,4}?)"
+    r"(?=采用|决定|是|用|改|不再|定|换|由|要|为|[，,。；;：:\s]|$)"
+)
+
+
+def attributes(text: str) -> frozenset[str]:
+    """The attributes of a module a Chinese text names (数据库, 消息队列, 负责人 ...)."""
+    return frozenset(m.group(1) for m in _ATTRIBUTE_ZH_RE.finditer(text))
+
+
+def _other_subject(old: str, new: str) -> bool:
+    """Both name the part of the system they are about, and no part is the same; or both
+    name what of it they are about, and that differs (报表模块的数据库 / 报表模块的消息队列)."""
+    old_clause, new_clause = main_clause(old), main_clause(new)
+    a, b = subjects(old_clause), subjects(new_clause)
+    if a and b and not (a & b):
+        return True
+    x, y = attributes(old_clause), attributes(new_clause)
+    return bool(x) and bool(y) and not (x & y)
+
+
 def judge_pair(older: str, newer: str) -> tuple[Verdict, str] | None:
     """The rule on two statements' texts: a verdict and why, or None when they do not bear on
     each other. (Scope, types, order and situations are the caller's: see
@@ -318,6 +383,8 @@ def judge_pair(older: str, newer: str) -> tuple[Verdict, str] | None:
     old_content, new_content = _content(old_body), _content(new_body)
     if not old_content - new_content and old_content & NEGATIONS == new_content & NEGATIONS:
         return None  # a copy, or an elaboration: all the old one said is said again
+    if _other_subject(old_body, new_body):
+        return None  # the same words about another module: another subject
     old_parts, new_parts = _statements(old_body), _statements(new_body)
     weak: str | None = None
     best: tuple[str, float] | None = None

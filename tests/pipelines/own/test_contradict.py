@@ -81,6 +81,11 @@ def test_a_later_opposite_statement_on_the_same_topic_supersedes(
             "The API rate limit is 100 requests per minute.",
             "The API rate limit is now 200 requests per minute.",
         ),
+        # the same module's choice changed, each with its own reason
+        (
+            "报表模块的缓存决定用 Redis，不用 Memcached，因为运维组已经在生产上跑了两年。",
+            "变更：报表模块的缓存不再用 Redis，改成 Memcached，因为云厂商的托管版本更便宜。",
+        ),
         # the same statement negated
         (
             "We will migrate to Kubernetes this quarter.",
@@ -119,6 +124,29 @@ def test_a_changed_value_of_the_same_thing_supersedes(old: str, new: str) -> Non
         (
             "We decided the rate limit of the search endpoint is 100 per minute.",
             "We decided the rate limit of the login endpoint is 5 per minute.",
+        ),
+        # the same decision and the same stock reason about two other modules (seen hiding
+        # 20 true memories of the Chinese project set through real workers)
+        (
+            "我们决定选定 Kubernetes 作为账单系统的部署方式，Serverless 先不考虑了，"
+            "因为团队里三个人都用过，上手快。",
+            "我们决定选定 Kubernetes 作为支付模块的部署方式，Serverless 先不考虑了，"
+            "因为供应商明年起不再给旧版本打补丁。",
+        ),
+        (
+            "我们决定评审后确定：报表模块的数据库采用 TiDB，原因是供应商明年起不再给旧版本打补丁。",
+            "我们决定网关的数据库用 TiDB，不用 MySQL，因为供应商明年起不再给旧版本打补丁。",
+        ),
+        # the same module, another of its parts (数据库 / 消息队列)
+        (
+            "我们决定评审后确定：报表模块的数据库采用 TiDB，原因是结账链路的 p99 要压在 321 毫秒。",
+            "我们决定评审后确定：报表模块的消息队列采用 RabbitMQ，原因是供应商明年起不再打补丁。",
+        ),
+        (
+            "We decided the billing service stores invoices in PostgreSQL because the ledger "
+            "needs transactions.",
+            "We decided the search service stores its index in Elasticsearch instead, because "
+            "the ledger needs transactions.",
         ),
         # a long note that agrees in one sentence and is negative in another
         (
