@@ -144,6 +144,7 @@ class OpenAILLM:
         model_deep: str,
         timeout_s: float,
         temperature_summary: float = 0.3,
+        max_tokens: int = 4096,
     ) -> None:
         self._client = openai.OpenAI(
             base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=0
@@ -151,6 +152,7 @@ class OpenAILLM:
         self._model_fast = model_fast
         self._model_deep = model_deep
         self._temperature_summary = temperature_summary
+        self._max_tokens = max_tokens
 
     @property
     def name(self) -> str:
@@ -165,6 +167,7 @@ class OpenAILLM:
                     {"role": "user", "content": user},
                 ],
                 temperature=temperature,
+                max_tokens=self._max_tokens,
                 response_format={"type": "json_object"},
             )
         except openai.APITimeoutError as exc:
@@ -181,7 +184,10 @@ class OpenAILLM:
             raise LLMError(f"LLM refused the request (HTTP {exc.status_code})") from exc
         if not response.choices:
             raise MalformedLLMOutput("no choices in the answer")
-        text = response.choices[0].message.content or ""
+        choice = response.choices[0]
+        if choice.finish_reason == "length":
+            raise MalformedLLMOutput(f"answer cut at max_tokens ({self._max_tokens})")
+        text = choice.message.content or ""
         try:
             data = json.loads(text)
         except json.JSONDecodeError:

@@ -226,6 +226,37 @@ def test_a_summary_under_the_wrong_key_is_malformed(llm: LLM, stub: OpenAIStub) 
         llm.summarize(LONG, 30)
 
 
+def test_every_call_caps_its_answer_at_the_configured_max_tokens(
+    make_llm: LLMFactory, stub: OpenAIStub
+) -> None:
+    make_llm(llm_max_tokens=256).judge_write(DECISION, None)
+
+    [request] = stub.stats()["requests"]
+    assert request["max_tokens"] == 256
+
+
+def test_an_answer_cut_at_max_tokens_is_malformed_and_says_so(
+    make_llm: LLMFactory, stub: OpenAIStub
+) -> None:
+    # given a model whose answer stops at the token limit, half a JSON object
+    stub.control("truncated")
+
+    # then the adapter names the cut rather than the JSON error it causes
+    with pytest.raises(MalformedLLMOutput, match=r"answer cut at max_tokens \(64\)"):
+        make_llm(llm_max_tokens=64).judge_write(DECISION, None)
+
+
+def test_decide_write_falls_back_to_the_rules_when_every_answer_is_cut(
+    llm: LLM, stub: OpenAIStub
+) -> None:
+    stub.control("truncated")
+
+    [verdict] = decide_write(DECISION, None, llm).verdicts
+
+    assert verdict.source == "offline-fallback"
+    assert "answer cut at max_tokens" in verdict.reason
+
+
 # -- permanent failures: retrying cannot help ------------------------------------------------
 
 
