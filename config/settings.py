@@ -78,6 +78,11 @@ class Settings(BaseSettings):
         description="Longest answer of one LLM call, in tokens (DeepSeek's own default); an "
         "answer cut there is malformed, so a model stuck in a loop costs one call, not a context.",
     )
+    llm_send_schema: bool = Field(
+        False,
+        description="Send each call's JSON schema beside json_object: llama.cpp's servers "
+        "constrain the answer to it; DeepSeek documents json_object alone.",
+    )
     llm_fallback: Literal["offline", "dead"] = Field(
         "offline",
         description="When LLM retries run out: use the offline rules (offline) or dead-letter.",

@@ -257,6 +257,40 @@ def test_decide_write_falls_back_to_the_rules_when_every_answer_is_cut(
     assert "answer cut at max_tokens" in verdict.reason
 
 
+def test_the_schema_goes_beside_json_object_only_when_asked_for(
+    make_llm: LLMFactory, stub: OpenAIStub
+) -> None:
+    # given the default (DeepSeek documents json_object alone) and a llama.cpp setup
+    make_llm().judge_write(DECISION, None)
+    make_llm(llm_send_schema=True).judge_write(DECISION, None)
+
+    # then only the second request carries the judgement's schema
+    plain, constrained = stub.stats()["requests"]
+    assert plain["response_format"] == {"type": "json_object"}
+    assert constrained["response_format"]["type"] == "json_object"
+    schema = constrained["response_format"]["schema"]
+    assert set(schema["required"]) == {"keep", "type", "confidence", "reason"}
+
+
+def test_the_rerank_schema_asks_for_one_score_per_memory(
+    make_llm: LLMFactory, stub: OpenAIStub
+) -> None:
+    from datetime import UTC, datetime
+
+    from pipelines.read.focus import decide_focus
+    from pipelines.read.rerank import RerankItem
+
+    items = [
+        RerankItem(id=str(n), content=f"memory {n}", timestamp=datetime.now(UTC), type=None)
+        for n in range(3)
+    ]
+    make_llm(llm_send_schema=True).rerank("why?", items, phase=None, focus=decide_focus("why?"))
+
+    [request] = stub.stats()["requests"]
+    scores = request["response_format"]["schema"]["properties"]["scores"]
+    assert (scores["minItems"], scores["maxItems"]) == (3, 3)
+
+
 # -- permanent failures: retrying cannot help ------------------------------------------------
 
 
