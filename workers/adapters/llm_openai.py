@@ -140,6 +140,28 @@ def _schema_of(model: type[BaseModel]) -> Mapping[str, Any]:
     return model.model_json_schema()
 
 
+# llama.cpp's grammar parser refuses a rule repeated more than a few thousand times, and
+# llama-cpp-python's server dies on the refusal: a string of maxLength 2,000 (a correction's
+# reason) is 2,000 nested optional characters. Lengths stay checked by the answer models after
+# parsing; a grammar only needs the shape.
+GRAMMAR_MAX_ITEMS = 32
+
+
+def grammar_safe(schema: Any) -> Any:
+    """``schema`` without the bounds a grammar would unroll: every maxLength, and a maxItems
+    above ``GRAMMAR_MAX_ITEMS``."""
+    if isinstance(schema, Mapping):
+        return {
+            key: grammar_safe(value)
+            for key, value in schema.items()
+            if key != "maxLength"
+            and not (key == "maxItems" and isinstance(value, int) and value > GRAMMAR_MAX_ITEMS)
+        }
+    if isinstance(schema, list):
+        return [grammar_safe(item) for item in schema]
+    return schema
+
+
 SUMMARY_SCHEMA: Mapping[str, Any] = {
     "type": "object",
     "properties": {"summary": {"type": "string", "minLength": 1}},
@@ -204,7 +226,7 @@ class OpenAILLM:
         # it; DeepSeek documents json_object alone, so the schema goes only when asked for.
         response_format: Any = {"type": "json_object"}  # "schema" is outside OpenAI's types
         if self._send_schema:
-            response_format["schema"] = schema
+            response_format["schema"] = grammar_safe(schema)
         try:
             response = self._client.chat.completions.create(
                 model=model,

@@ -272,6 +272,24 @@ def test_the_schema_goes_beside_json_object_only_when_asked_for(
     assert set(schema["required"]) == {"keep", "type", "confidence", "reason"}
 
 
+def test_the_schema_sent_has_no_bound_a_grammar_would_unroll(
+    make_llm: LLMFactory, stub: OpenAIStub
+) -> None:
+    # given the correction answer's reason (maxLength 2,000 kills llama-cpp-python's server)
+    from workers.adapters.llm_openai import grammar_safe
+
+    schema = {"properties": {"r": {"type": "string", "maxLength": 2000, "minLength": 1}}}
+    assert grammar_safe(schema) == {"properties": {"r": {"type": "string", "minLength": 1}}}
+    assert grammar_safe({"maxItems": 64, "items": [{"maxItems": 3}]}) == {
+        "items": [{"maxItems": 3}]
+    }
+
+    # when the judge asks with its schema, then no maxLength travels
+    make_llm(llm_send_schema=True).judge_write(DECISION, None)
+    [request] = stub.stats()["requests"]
+    assert "maxLength" not in str(request["response_format"]["schema"])
+
+
 def test_the_rerank_schema_asks_for_one_score_per_memory(
     make_llm: LLMFactory, stub: OpenAIStub
 ) -> None:
