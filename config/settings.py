@@ -87,6 +87,10 @@ class Settings(BaseSettings):
         "offline",
         description="When LLM retries run out: use the offline rules (offline) or dead-letter.",
     )
+    models_dir: Path = Field(
+        Path("var/models"),
+        description="Verified weights of local models (memharness llm fetch, llm serve).",
+    )
 
     # -- embeddings ------------------------------------------------------------------------
     embedder: Literal["hashing", "openai", "sentence-transformers", "e5"] = Field(
