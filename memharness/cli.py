@@ -19,6 +19,7 @@ from memharness.bench.system_quality import register_bench as register_system_qu
 from memharness.checkpoint_cli import register as register_checkpoints
 from memharness.checkpoint_cli import register_bench
 from memharness.health_cli import register as register_health
+from memharness.llm_cli import register as register_llm
 from memharness.mcp_server.cli import register as register_mcp
 from memharness.own_cli import register as register_own
 from memharness.owning_cli import register as register_owning
@@ -251,6 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
     register_owning(sub)
     register_server(sub)
     register_mcp(sub)
+    register_llm(sub)
     return parser
 
 

@@ -64,6 +64,17 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"CI needs the real services: {_problem}")
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # A real model costs minutes of both cores and an optional build: its tests run only when
+    # the marker expression names them (`make test-model`), never in `make test`.
+    if "model" in (config.getoption("markexpr") or ""):
+        return
+    skip = pytest.mark.skip(reason="drives a real local model: run with `make test-model`")
+    for item in items:
+        if item.get_closest_marker("model") is not None:
+            item.add_marker(skip)
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     if _problem is None:
         from workers.db import drop_database

@@ -14,7 +14,8 @@ Faults are scripted by whoever holds the URL, over HTTP, so worker subprocesses 
     POST /_reset                                     # back to ok, counters to zero
     GET  /_stats                                     # what was asked and what was answered
 
-Modes: ``ok``, ``slow``, ``invalid_json``, ``bad_schema`` and ``httpNNN`` for any status
+Modes: ``ok``, ``slow``, ``invalid_json``, ``bad_schema``, ``truncated`` (the answer's first
+half, ``finish_reason: length``, as a model cut at max_tokens) and ``httpNNN`` for any status
 (``http500``, ``http429``, ``http400``, ``http401``...). ``times`` omitted means until the
 next control call. Run it by hand with ``python -m tests.support.openai_stub --port 8765``.
 """
@@ -65,7 +66,7 @@ from workers.adapters.llm_openai import (
     SUMMARY_PROMPT,
 )
 
-MODES = ("ok", "slow", "invalid_json", "bad_schema")
+MODES = ("ok", "slow", "invalid_json", "bad_schema", "truncated")
 _HTTP_MODE_RE = re.compile(r"^http([45]\d\d)$")
 # What the adapter puts before the content when the agent labelled the memory.
 _HINT_RE = re.compile(r"^\(the agent labelled it (\w+)\)\n")
@@ -387,6 +388,7 @@ class _Handler(BaseHTTPRequestHandler):
                 "model": body.get("model"),
                 "temperature": body.get("temperature"),
                 "response_format": body.get("response_format"),
+                "max_tokens": body.get("max_tokens"),
                 "authorization": self.headers.get("Authorization"),
             },
             "chat",
@@ -398,6 +400,7 @@ class _Handler(BaseHTTPRequestHandler):
         if kind == "unknown":
             self._error(400, "stub: unrecognised system prompt", "invalid_request_error", None)
             return
+        finish_reason = "stop"
         if mode == "invalid_json":
             content = _NOT_JSON
         elif mode == "bad_schema":
@@ -408,6 +411,8 @@ class _Handler(BaseHTTPRequestHandler):
             except ValueError as exc:
                 self._error(400, f"stub: {exc}", "invalid_request_error", None)
                 return
+            if mode == "truncated":
+                content, finish_reason = content[: len(content) // 2], "length"
         prompt_tokens = _tokens(system) + _tokens(user)
         completion_tokens = _tokens(content)
         self._send(
@@ -423,7 +428,7 @@ class _Handler(BaseHTTPRequestHandler):
                         "index": 0,
                         "message": {"role": "assistant", "content": content},
                         "logprobs": None,
-                        "finish_reason": "stop",
+                        "finish_reason": finish_reason,
                     }
                 ],
                 "usage": {

@@ -24,6 +24,8 @@ def build_llm(settings: Settings) -> LLM:
         model_deep=settings.llm_model_deep,
         timeout_s=settings.llm_timeout_s,
         temperature_summary=settings.llm_temperature_summary,
+        max_tokens=settings.llm_max_tokens,
+        send_schema=settings.llm_send_schema,
     )
 
 

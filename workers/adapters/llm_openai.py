@@ -7,8 +7,9 @@ as :class:`TransientLLMError` (timeout, 429, 5xx, connection) or :class:`Malform
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import openai
@@ -134,6 +135,58 @@ def _schema_error(exc: ValidationError) -> MalformedLLMOutput:
     return MalformedLLMOutput(f"schema: {where}: {first['msg']}")
 
 
+@functools.cache
+def _schema_of(model: type[BaseModel]) -> Mapping[str, Any]:
+    return model.model_json_schema()
+
+
+# llama.cpp's grammar parser refuses a rule repeated more than a few thousand times, and
+# llama-cpp-python's server dies on the refusal: a string of maxLength 2,000 (a correction's
+# reason) is 2,000 nested optional characters. Lengths stay checked by the answer models after
+# parsing; a grammar only needs the shape.
+GRAMMAR_MAX_ITEMS = 32
+
+
+def grammar_safe(schema: Any) -> Any:
+    """``schema`` without the bounds a grammar would unroll: every maxLength, and a maxItems
+    above ``GRAMMAR_MAX_ITEMS``."""
+    if isinstance(schema, Mapping):
+        return {
+            key: grammar_safe(value)
+            for key, value in schema.items()
+            if key != "maxLength"
+            and not (key == "maxItems" and isinstance(value, int) and value > GRAMMAR_MAX_ITEMS)
+        }
+    if isinstance(schema, list):
+        return [grammar_safe(item) for item in schema]
+    return schema
+
+
+SUMMARY_SCHEMA: Mapping[str, Any] = {
+    "type": "object",
+    "properties": {"summary": {"type": "string", "minLength": 1}},
+    "required": ["summary"],
+}
+
+
+def _rewrite_schema() -> Mapping[str, Any]:
+    # The adapter sets the source itself: the model is not asked for it.
+    schema = dict(_schema_of(QueryVariants))
+    schema["properties"] = {k: v for k, v in schema["properties"].items() if k != "source"}
+    return schema
+
+
+def _rerank_schema(count: int) -> Mapping[str, Any]:
+    scores = {"type": "number", "minimum": 0.0, "maximum": 1.0}
+    return {
+        "type": "object",
+        "properties": {
+            "scores": {"type": "array", "items": scores, "minItems": count, "maxItems": count}
+        },
+        "required": ["scores"],
+    }
+
+
 class OpenAILLM:
     def __init__(
         self,
@@ -144,6 +197,8 @@ class OpenAILLM:
         model_deep: str,
         timeout_s: float,
         temperature_summary: float = 0.3,
+        max_tokens: int = 4096,
+        send_schema: bool = False,
     ) -> None:
         self._client = openai.OpenAI(
             base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=0
@@ -151,12 +206,27 @@ class OpenAILLM:
         self._model_fast = model_fast
         self._model_deep = model_deep
         self._temperature_summary = temperature_summary
+        self._max_tokens = max_tokens
+        self._send_schema = send_schema
 
     @property
     def name(self) -> str:
         return f"openai:{self._model_fast}"
 
-    def _chat_json(self, model: str, system: str, user: str, temperature: float) -> dict[str, Any]:
+    def _chat_json(
+        self,
+        model: str,
+        system: str,
+        user: str,
+        temperature: float,
+        *,
+        schema: Mapping[str, Any],
+    ) -> dict[str, Any]:
+        # llama.cpp's servers read a schema beside json_object and constrain the answer to
+        # it; DeepSeek documents json_object alone, so the schema goes only when asked for.
+        response_format: Any = {"type": "json_object"}  # "schema" is outside OpenAI's types
+        if self._send_schema:
+            response_format["schema"] = grammar_safe(schema)
         try:
             response = self._client.chat.completions.create(
                 model=model,
@@ -165,7 +235,8 @@ class OpenAILLM:
                     {"role": "user", "content": user},
                 ],
                 temperature=temperature,
-                response_format={"type": "json_object"},
+                max_tokens=self._max_tokens,
+                response_format=response_format,
             )
         except openai.APITimeoutError as exc:
             raise TransientLLMError("LLM timeout") from exc
@@ -181,7 +252,10 @@ class OpenAILLM:
             raise LLMError(f"LLM refused the request (HTTP {exc.status_code})") from exc
         if not response.choices:
             raise MalformedLLMOutput("no choices in the answer")
-        text = response.choices[0].message.content or ""
+        choice = response.choices[0]
+        if choice.finish_reason == "length":
+            raise MalformedLLMOutput(f"answer cut at max_tokens ({self._max_tokens})")
+        text = choice.message.content or ""
         try:
             data = json.loads(text)
         except json.JSONDecodeError:
@@ -200,7 +274,13 @@ class OpenAILLM:
 
     def judge_write(self, content: str, type_hint: MemoryType | None) -> WriteJudgement:
         hint = f"(the agent labelled it {type_hint.value})\n" if type_hint else ""
-        data = self._chat_json(self._model_fast, JUDGE_PROMPT, hint + content, 0.0)
+        data = self._chat_json(
+            self._model_fast,
+            JUDGE_PROMPT,
+            hint + content,
+            0.0,
+            schema=_schema_of(WriteJudgement),
+        )
         return self._judgement(data)
 
     def deep_judge_write(
@@ -210,7 +290,11 @@ class OpenAILLM:
             f"fast reviewer: keep={first.keep} type={first.type.value} "
             f"confidence={first.confidence:.2f} ({first.reason})\n\ninteraction:\n{content}"
         )
-        return self._judgement(self._chat_json(self._model_deep, DEEP_PROMPT, user, 0.0))
+        return self._judgement(
+            self._chat_json(
+                self._model_deep, DEEP_PROMPT, user, 0.0, schema=_schema_of(WriteJudgement)
+            )
+        )
 
     def summarize(self, content: str, max_words: int) -> str:
         data = self._chat_json(
@@ -218,6 +302,7 @@ class OpenAILLM:
             SUMMARY_PROMPT.format(max_words=max_words),
             content,
             self._temperature_summary,
+            schema=SUMMARY_SCHEMA,
         )
         summary = data.get("summary")
         if not isinstance(summary, str) or not summary.strip():
@@ -226,7 +311,13 @@ class OpenAILLM:
 
     def calibrate_resume(self, checkpoint: TaskCheckpoint, elapsed_s: float) -> ResumeCalibration:
         facts = json.dumps(describe_for_calibration(checkpoint, elapsed_s), ensure_ascii=False)
-        data = self._chat_json(self._model_fast, CALIBRATE_PROMPT, facts, 0.0)
+        data = self._chat_json(
+            self._model_fast,
+            CALIBRATE_PROMPT,
+            facts,
+            0.0,
+            schema=_schema_of(ResumeCalibration),
+        )
         try:
             verdict = ResumeCalibration.model_validate(data)
         except ValidationError as exc:
@@ -248,7 +339,9 @@ class OpenAILLM:
             {"query": query, "phase": phase.value if phase else None, "hint": hint},
             ensure_ascii=False,
         )
-        data = self._chat_json(self._model_fast, FOCUS_PROMPT, user, 0.0)
+        data = self._chat_json(
+            self._model_fast, FOCUS_PROMPT, user, 0.0, schema=_schema_of(_FocusAnswer)
+        )
         try:
             answer = _FocusAnswer.model_validate(data)
         except ValidationError as exc:
@@ -263,7 +356,9 @@ class OpenAILLM:
         user = json.dumps(
             {"question": query, "phase": phase, "focus": list(focus)}, ensure_ascii=False
         )
-        data = self._chat_json(self._model_fast, REWRITE_PROMPT, user, 0.0)
+        data = self._chat_json(
+            self._model_fast, REWRITE_PROMPT, user, 0.0, schema=_rewrite_schema()
+        )
         try:
             return QueryVariants.model_validate({**data, "source": self.name})
         except ValidationError as exc:
@@ -296,7 +391,9 @@ class OpenAILLM:
             },
             ensure_ascii=False,
         )
-        data = self._chat_json(self._model_fast, RERANK_PROMPT, user, 0.0)
+        data = self._chat_json(
+            self._model_fast, RERANK_PROMPT, user, 0.0, schema=_rerank_schema(len(items))
+        )
         try:
             answer = _RerankAnswer.model_validate(data)
         except ValidationError as exc:
@@ -312,24 +409,32 @@ class OpenAILLM:
     # -- background cognition (pipelines.compress, .consolidate, .link) -----------------------
 
     def annotate_segments(self, request: AnnotateRequest) -> AnnotationBatch:
-        from pipelines.cognition.protocol import parse_annotations
+        from pipelines.cognition.protocol import AnnotationBatch, parse_annotations
 
         user = json.dumps(
             {"segments": [json.loads(s.model_dump_json()) for s in request.segments]},
             ensure_ascii=False,
         )
-        data = self._chat_json(self._model_deep, ANNOTATE_PROMPT, user, 0.0)
+        data = self._chat_json(
+            self._model_deep, ANNOTATE_PROMPT, user, 0.0, schema=_schema_of(AnnotationBatch)
+        )
         return parse_annotations(json.dumps(data), request)
 
     def compress_segments(self, request: CompressRequest) -> SummaryOutput:
-        from pipelines.cognition.protocol import parse_summary
+        from pipelines.cognition.protocol import SummaryOutput, parse_summary
 
         user = json.dumps(json.loads(request.model_dump_json()), ensure_ascii=False)
-        data = self._chat_json(self._model_deep, COMPRESS_PROMPT, user, self._temperature_summary)
+        data = self._chat_json(
+            self._model_deep,
+            COMPRESS_PROMPT,
+            user,
+            self._temperature_summary,
+            schema=_schema_of(SummaryOutput),
+        )
         return parse_summary(json.dumps(data), request)
 
     def extract_knowledge(self, memories: Sequence[EpisodicMemory]) -> KnowledgeBatch:
-        from pipelines.cognition.knowledge import parse_knowledge
+        from pipelines.cognition.knowledge import KnowledgeBatch, parse_knowledge
 
         user = json.dumps(
             {
@@ -340,13 +445,15 @@ class OpenAILLM:
             },
             ensure_ascii=False,
         )
-        data = self._chat_json(self._model_deep, KNOWLEDGE_PROMPT, user, 0.0)
+        data = self._chat_json(
+            self._model_deep, KNOWLEDGE_PROMPT, user, 0.0, schema=_schema_of(KnowledgeBatch)
+        )
         return parse_knowledge(json.dumps(data))
 
     def propose_causal(
         self, memory: EpisodicMemory, candidates: Sequence[EpisodicMemory]
     ) -> CausalBatch:
-        from pipelines.cognition.causal import parse_causal
+        from pipelines.cognition.causal import CausalBatch, parse_causal
 
         user = json.dumps(
             {
@@ -355,7 +462,9 @@ class OpenAILLM:
             },
             ensure_ascii=False,
         )
-        data = self._chat_json(self._model_fast, CAUSAL_PROMPT, user, 0.0)
+        data = self._chat_json(
+            self._model_fast, CAUSAL_PROMPT, user, 0.0, schema=_schema_of(CausalBatch)
+        )
         return parse_causal(json.dumps(data))
 
     def confirm_correction(self, request: CorrectionRequest) -> CorrectionAnswer:
@@ -363,7 +472,9 @@ class OpenAILLM:
 
         # The instructions are the stable prefix; the two statements come last.
         user = json.dumps(json.loads(request.model_dump_json()), ensure_ascii=False)
-        data = self._chat_json(self._model_deep, CONFIRM_PROMPT, user, 0.0)
+        data = self._chat_json(
+            self._model_deep, CONFIRM_PROMPT, user, 0.0, schema=_schema_of(CorrectionAnswer)
+        )
         try:
             return CorrectionAnswer.model_validate(data)
         except ValidationError as exc:

@@ -226,6 +226,89 @@ def test_a_summary_under_the_wrong_key_is_malformed(llm: LLM, stub: OpenAIStub) 
         llm.summarize(LONG, 30)
 
 
+def test_every_call_caps_its_answer_at_the_configured_max_tokens(
+    make_llm: LLMFactory, stub: OpenAIStub
+) -> None:
+    make_llm(llm_max_tokens=256).judge_write(DECISION, None)
+
+    [request] = stub.stats()["requests"]
+    assert request["max_tokens"] == 256
+
+
+def test_an_answer_cut_at_max_tokens_is_malformed_and_says_so(
+    make_llm: LLMFactory, stub: OpenAIStub
+) -> None:
+    # given a model whose answer stops at the token limit, half a JSON object
+    stub.control("truncated")
+
+    # then the adapter names the cut rather than the JSON error it causes
+    with pytest.raises(MalformedLLMOutput, match=r"answer cut at max_tokens \(64\)"):
+        make_llm(llm_max_tokens=64).judge_write(DECISION, None)
+
+
+def test_decide_write_falls_back_to_the_rules_when_every_answer_is_cut(
+    llm: LLM, stub: OpenAIStub
+) -> None:
+    stub.control("truncated")
+
+    [verdict] = decide_write(DECISION, None, llm).verdicts
+
+    assert verdict.source == "offline-fallback"
+    assert "answer cut at max_tokens" in verdict.reason
+
+
+def test_the_schema_goes_beside_json_object_only_when_asked_for(
+    make_llm: LLMFactory, stub: OpenAIStub
+) -> None:
+    # given the default (DeepSeek documents json_object alone) and a llama.cpp setup
+    make_llm().judge_write(DECISION, None)
+    make_llm(llm_send_schema=True).judge_write(DECISION, None)
+
+    # then only the second request carries the judgement's schema
+    plain, constrained = stub.stats()["requests"]
+    assert plain["response_format"] == {"type": "json_object"}
+    assert constrained["response_format"]["type"] == "json_object"
+    schema = constrained["response_format"]["schema"]
+    assert set(schema["required"]) == {"keep", "type", "confidence", "reason"}
+
+
+def test_the_schema_sent_has_no_bound_a_grammar_would_unroll(
+    make_llm: LLMFactory, stub: OpenAIStub
+) -> None:
+    # given the correction answer's reason (maxLength 2,000 kills llama-cpp-python's server)
+    from workers.adapters.llm_openai import grammar_safe
+
+    schema = {"properties": {"r": {"type": "string", "maxLength": 2000, "minLength": 1}}}
+    assert grammar_safe(schema) == {"properties": {"r": {"type": "string", "minLength": 1}}}
+    assert grammar_safe({"maxItems": 64, "items": [{"maxItems": 3}]}) == {
+        "items": [{"maxItems": 3}]
+    }
+
+    # when the judge asks with its schema, then no maxLength travels
+    make_llm(llm_send_schema=True).judge_write(DECISION, None)
+    [request] = stub.stats()["requests"]
+    assert "maxLength" not in str(request["response_format"]["schema"])
+
+
+def test_the_rerank_schema_asks_for_one_score_per_memory(
+    make_llm: LLMFactory, stub: OpenAIStub
+) -> None:
+    from datetime import UTC, datetime
+
+    from pipelines.read.focus import decide_focus
+    from pipelines.read.rerank import RerankItem
+
+    items = [
+        RerankItem(id=str(n), content=f"memory {n}", timestamp=datetime.now(UTC), type=None)
+        for n in range(3)
+    ]
+    make_llm(llm_send_schema=True).rerank("why?", items, phase=None, focus=decide_focus("why?"))
+
+    [request] = stub.stats()["requests"]
+    scores = request["response_format"]["schema"]["properties"]["scores"]
+    assert (scores["minItems"], scores["maxItems"]) == (3, 3)
+
+
 # -- permanent failures: retrying cannot help ------------------------------------------------
 
 
