@@ -314,6 +314,14 @@ def test_cognition_scores_every_labeled_correction_pair_offline(capsys) -> None:
             assert figures[key] is None or 0.0 <= figures[key] <= 1.0, (lang, key)
         assert set(figures["conflicts"]) == {"supersede", "keep"}
         assert result["headline"][f"corrections.offline.rules_recall_{lang}"] == figures["recall"]
+        # the pairs written before the rules that decide them are scored on their own
+        splits = figures["by_split"]
+        assert set(splits) == {"dev", "holdout"}
+        for split, cell in splits.items():
+            assert cell["pairs"] == sum(
+                row["lang"] == lang and row.get("split", "dev") == split for row in labeled
+            )
+        assert splits["holdout"]["pairs"] > 0
     assert rules["by_lang"]["all"]["pairs"] == len(labeled)
     cells = [
         cell for row in rules["per_category"].values() for k, cell in row.items() if k != "label"

@@ -22,6 +22,10 @@ pair gives, the same user unless ``user_id`` says otherwise, the newer ``days_ap
   proposal cost nothing), scored the same way. A model may only weaken a proposal, and one
   that fails keeps both memories as a conflict (the runner counts the failed calls).
 
+Pairs marked ``"split": "holdout"`` (48, 24 per language) were written before the rules
+that now decide them (the value-replacement rule and the wider cues of 2026-12-07); the others
+were in view while the rules were written. Each language's figures are also given per split.
+
 Scored per language: supersession precision and recall (predicted = SUPERSEDE, gold = the
 label "supersede"), conflicts per label, the wrong supersessions by id and category, and a
 per-category table. Precision is null when nothing was superseded.
@@ -46,6 +50,7 @@ from pipelines.records import ID_NAMESPACE, EpisodicMemory, MemoryStatus, Memory
 DATA_FILE = "corrections.jsonl"
 LANGS = ("en", "zh")
 LABELS = ("supersede", "keep")
+SPLITS = ("dev", "holdout")
 # A fixed day for every older statement: the rule compares times, never the calendar.
 _EPOCH = datetime(2024, 3, 1, 9, 0, tzinfo=UTC)
 # The newer statement is at least this much later, so a pair said the same day stays ordered.
@@ -62,6 +67,7 @@ class Pair:
     label: str
     older: EpisodicMemory
     newer: EpisodicMemory
+    split: str = "dev"
 
 
 def _content(side: dict[str, Any], lang: str) -> str:
@@ -108,6 +114,7 @@ def load_pairs(data_dir: Path) -> list[Pair]:
                 label=row["label"],
                 older=_memory(row["id"], "older", row["older"], row["lang"], _EPOCH),
                 newer=_memory(row["id"], "newer", row["newer"], row["lang"], newer_at),
+                split=str(row.get("split", "dev")),
             )
         )
     return pairs
@@ -124,6 +131,21 @@ def decision_of(pair: Pair, proposals: Sequence[Supersession]) -> str:
 
 def _ratio(num: int, den: int) -> float | None:
     return round(num / den, 3) if den else None
+
+
+def _split_figures(pairs: Sequence[Pair], decisions: dict[str, str], split: str) -> dict[str, Any]:
+    """Precision and recall on one split: "dev" pairs were in view while the rules were
+    written, "holdout" pairs were written before the rules that now decide them."""
+    chosen = [p for p in pairs if p.split == split]
+    tp = sum(p.label == SUPERSEDE and decisions[p.id] == SUPERSEDE for p in chosen)
+    fp = sum(p.label == KEEP and decisions[p.id] == SUPERSEDE for p in chosen)
+    gold = sum(p.label == SUPERSEDE for p in chosen)
+    return {
+        "pairs": len(chosen),
+        "precision": _ratio(tp, tp + fp),
+        "recall": _ratio(tp, gold),
+        "wrong_supersessions": fp,
+    }
 
 
 def score(pairs: Sequence[Pair], decisions: dict[str, str]) -> dict[str, Any]:
@@ -146,6 +168,7 @@ def score(pairs: Sequence[Pair], decisions: dict[str, str]) -> dict[str, Any]:
             "precision": _ratio(tp, tp + fp),
             "recall": _ratio(tp, gold),
             "conflicts": {label: conflicts[label] for label in LABELS},
+            "by_split": {split: _split_figures(chosen, decisions, split) for split in SPLITS},
         }
     per_category: dict[str, Any] = {}
     for pair in pairs:
@@ -182,6 +205,10 @@ def table(name: str, scored: dict[str, Any]) -> str:
         lines.append(
             f"  {lang}: precision {figures['precision']} recall {figures['recall']} "
             f"({figures['correct_supersessions']} right, {figures['wrong_supersessions']} wrong)"
+            + "".join(
+                f"; {split} P {cell['precision']} R {cell['recall']}"
+                for split, cell in figures["by_split"].items()
+            )
         )
     return "\n".join(lines)
 

@@ -11,7 +11,8 @@ Never a supersession, nor a conflict, when:
 
 * the new memory is a **question** (认证模块的JWT迁移有什么约束？ asks about the constraint, it
   does not replace it) — question sentences are left out of every comparison;
-* either is a **report or summary** (周报：, "Weekly update:", four sentences or more): it
+* either is a **report or summary** (周报：, "Weekly update:", "Release notes 4.1:", a list of
+  three clauses or more, four sentences or more): it
   mentions many things and is no statement of its own (its plainest sentence makes a conflict
   at most);
 * the two have **different speakers** ("Dana: …" and "Lee: …" may simply disagree);
@@ -29,6 +30,13 @@ Evidence, sentence by sentence (a long note shares half the words of any short d
   - without a cue, a single value changed: each side names an identifier the other does not
     (a date, a number, a person, a technology: "due May 3" → "due May 10", 负责人是张工 →
     负责人是李工) while at least 60 % of the longer topic is shared, or
+  - one kind of value was replaced (a time for a time, a quantity for a quantity, a name for a
+    name; never a name and a date at once, never a numbered thing such as eu-3): with a cue
+    ("extending", "dropped", 调到, 挪到, 现在) half of the old statement's other words said
+    again suffice, and the old value may be named beside the new one ("dropped Redux ... for
+    Zustand"); without a cue every other word of the old statement is said again (three
+    quarters of its character pairs in Chinese), so "the staging database runs PostgreSQL
+    14" / "the production database ... 16" stays two statements, or
   - one negates the other on a topic they share almost whole (three quarters of the longer);
 * **conflict** when the weaker signs hold (the topic overlap the rule of consolidation uses,
   half of the shorter topic, and opposed stances or a correction cue) but not the above.
@@ -92,9 +100,17 @@ _CORRECTION_CUE_RE = re.compile(
     r"\b(?:actually|no longer|not anymore|any ?more|instead|changed? (?:my|our) minds?|"
     r"switch(?:ed|ing)? (?:to|over)|correction|scratch that|from now on|moved? to|"
     r"pushed (?:back )?to|postponed to|rescheduled|replaced? (?:by|with)|rather than|"
-    r"changed to|updated to|is now|are now|now (?:uses?|prefers?|owns?|leads?))\b|"
-    r"不再|改为|改成|改用|改到|改在|改由|其实|更正|以后改|换成|换为|调整为|调整到|变更为|"
-    r"推迟到|延期到|提前到|延后到|现在由|现在改|不用.{0,12}了",
+    r"changed to|updated to|is now|are now|now (?:uses?|prefers?|owns?|leads?)|now|"
+    r"these days|going forward|as of|after all|in favou?r of|reassigned|swap(?:ped)?|"
+    r"(?:steps?|stepped) down|takes? over|took over|handed over|hand(?:s|ed|ing)? .{1,40}? over|"
+    r"(?:dropped|retired|decommission(?:ed|ing)|sunset|slipped)|extend(?:s|ed|ing)|"
+    r"brought forward|moved up|goes back to|(?:upgraded|raised|increased|lowered|reduced|cut|"
+    r"bumped|passed|rolled back) (?:\w+ )?to|moves? from|moved from)\b|"
+    r"不再|(?<!修)改(?![进善动革造])|其实|更正|换成|换为|换(?=[\u4e00-\u9fff]{1,4}主持|[\u4e00-\u9fff]{1,3}负责)|"
+    r"调整为|调整到|变更为|推迟|延期到|提前到|延后|延到|延长|挪到|挪至|往后挪|调到|调回|调成|"
+    r"提高到|提升到|降到|降低到|减到|减少到|扩到|扩容到|升级到|迁到|迁移到|交给|划给|"
+    r"卸任|下线|去掉|停了|停用|弃用|回滚到|保留到|重新分配|最后还是|还是用|以后|接下来|"
+    r"现在由|现在是|现在用|现在跑|现在|别再|不要再|不用.{0,12}了",
     re.I,
 )
 # The cue words themselves say nothing about the topic.
@@ -107,6 +123,7 @@ _SITUATION_RE = re.compile(r"\b(?:when|whenever|if|during|while|unless)\b", re.I
 _REPORT_RE = re.compile(
     r"^\s*(?:(?:weekly|daily|monthly|status|progress|project)\s+(?:update|report|summary)|"
     r"summary|recap|report|minutes|meeting notes)\b|"
+    r"^\s*(?:[\w-]+\s+){0,3}(?:update|report|summary|recap|minutes|notes|review)\b[^:]{0,24}:|"
     r"^\s*(?:本周|今日|今天|本月|上周|本次|项目)?(?:周报|日报|月报|总结|汇报|纪要|进展|会议记录)"
     r"\s*[:：]",
     re.I,
@@ -168,15 +185,25 @@ def is_question(sentence: str) -> bool:
 def is_report(text: str) -> bool:
     """A report or summary: it mentions many statements and replaces none of them."""
     _, body = split_speaker(text)
-    if _REPORT_RE.search(body):
-        return True
+    if _REPORT_RE.search(body) or len(re.findall(r"[;；]", body)) >= 2:
+        return True  # it names itself, or it lists three things or more
     return len(split_sentences(body)) >= REPORT_SENTENCES or word_count(body) >= REPORT_WORDS
 
 
+# Values of time Chinese writes without digits or capitals: 周四, 星期五, 三季度, 上午, 凌晨4点半,
+# 月底, 下月中旬.
+_TIME_ZH_RE = re.compile(
+    r"(?:下|上|本)?(?:周|星期|礼拜)[一二三四五六日天]|[一二三四]季度[初中末]?|"
+    r"(?:凌晨|早上|上午|中午|下午|晚上)?\d{1,2}点半?|上午|下午|中午|晚上|凌晨|"
+    r"(?:下|上|本)?月[初中底末]|(?:下|上|本)?月?中旬|(?:下|上|本)?月?下旬|(?:下|上|本)?月?上旬"
+)
+
+
 def _values(sentence: str) -> frozenset[str]:
-    """The values a sentence names: identifiers (dates, numbers, people, modules, paths) and
-    capitalised words (technologies and names), folded."""
+    """The values a sentence names: identifiers (dates, numbers, people, modules, paths),
+    capitalised words (technologies and names) and Chinese times, folded."""
     found = {fold(v) for v in find_identifiers(sentence)}
+    found |= {fold(m.group()) for m in _TIME_ZH_RE.finditer(sentence)}
     for match in _CAPITALISED_RE.finditer(sentence):
         if sentence[: match.start()].strip() and fold(match.group()) not in STOPWORDS:
             found.add(fold(match.group()))  # the first word is capitalised anyway
@@ -279,11 +306,97 @@ def _topic_changed_beyond(old: _Statement, new: _Statement) -> bool:
     return bool(old.topic - new.topic - values) and bool(new.topic - old.topic - values)
 
 
+_WEEKDAYS_MONTHS = frozenset(
+    [
+        "monday",
+        "tuesday",
+        "wednesday",
+        "thursday",
+        "friday",
+        "saturday",
+        "sunday",
+        "january",
+        "february",
+        "march",
+        "april",
+        "may",
+        "june",
+        "july",
+        "august",
+        "september",
+        "october",
+        "november",
+        "december",
+    ]
+)
+
+
+def _value_kind(value: str) -> str:
+    """What a value measures: a time (a date, a day, an hour), a quantity, or a name."""
+    if value in _WEEKDAYS_MONTHS or _TIME_ZH_RE.fullmatch(value) or ":" in value:
+        return "time"
+    if re.search(r"\d(?:st|nd|rd|th)$|[日号月]$|^q\d$", value):
+        return "time"
+    if any(c.isdigit() for c in value):
+        return "quantity"
+    return "name"
+
+
+def _core(statement: _Statement, changed: frozenset[str]) -> frozenset[str]:
+    """A statement's topic without the words of the values that changed: what it is about."""
+    return frozenset(t for t in statement.topic if not any(t in v for v in changed))
+
+
+def _replaced_value(old: _Statement, new: _Statement) -> str | None:
+    """Why ``new`` gives a new value to what ``old`` said, when the rest of ``old`` is said
+    again: one kind of value changed ("ends on the 9th" → "ends on the 16th", 每分钟100次 →
+    每分钟300次, Saturday 02:00 → Sunday 01:00), old's other words are in the new statement, and
+    with a cue, half of them are enough (the cue says a value was replaced)."""
+    old_only, new_only = old.values - new.values, new.values - old.values
+    if not new_only or len(old_only) > 2 or len(new_only) > 3:
+        return None
+    if any(_names_a_thing(v) or subjects(v) for v in old_only | new_only):
+        # another numbered thing (eu-3 / eu-8), another module (认证模块 / 账单系统): another
+        # subject, not a new value
+        return None
+    kinds_new = {_value_kind(v) for v in new_only}
+    if len(kinds_new) != 1:
+        return None  # a name and a date changed at once: another subject
+    if old_only:
+        if {_value_kind(v) for v in old_only} != kinds_new:
+            return None
+    elif not (new.cued and any(_value_kind(v) in kinds_new for v in old.values)):
+        # The old value named again beside a new one of its kind is what the cue replaces
+        # ("dropped Redux in the mobile app, state is Zustand"); without a cue it is an
+        # addition.
+        return None
+    changed = old_only | new_only
+    old_core, new_core = _core(old, changed), _core(new, changed)
+    shared = old_core & new_core
+    if not old_core or not shared:
+        return None
+    covered = len(shared) / len(old_core)
+    if new.cued and covered >= 0.5 and len(shared) >= 1 + (len(old_core) > 3):
+        return "says it replaces a value of the same statement"
+    # Without a cue every other word of the old statement is said again ("the staging
+    # database runs PostgreSQL 14" / "the production database ... 16" names another database);
+    # Chinese topics are character pairs, and a pair across a word boundary (示安 of 演示安排)
+    # may change with the phrasing, so three quarters suffice there.
+    needed = 0.75 if has_han(old.text) else 1.0
+    if not new.cued and covered >= needed and len(shared) >= MIN_SHARED:
+        return "states another value for the same thing"
+    return None
+
+
 def _strong(old: _Statement, new: _Statement) -> str | None:
     """Why ``new`` replaces ``old`` on precise evidence, or None."""
     shared = old.topic & new.topic
     longer = len(shared) / max(len(old.topic), len(new.topic))
     axis = opposed(old.stance, new.stance) and bool(old.stance[1]) and bool(new.stance[1])
+    if axis and old.values and new.values and not old.values & new.values:
+        # "tabs in Go files" / "spaces in YAML files": the side and the thing both changed,
+        # so it speaks of another thing.
+        axis = False
     if axis and shared and longer >= 0.5:
         return "takes the opposite side on the same topic"
     if axis and shared and new.cued and topic_overlap(old.topic, new.topic) >= STRICT_OVERLAP:
@@ -295,6 +408,9 @@ def _strong(old: _Statement, new: _Statement) -> str | None:
         # "we write the backend in Go" → "the backend moves to Rust": a cue and a new value
         # say it, even when the rest shares one word (后端).
         return "says it corrects the same statement and names a new value"
+    replaced = _replaced_value(old, new)
+    if replaced is not None:
+        return replaced
     if len(shared) < MIN_SHARED or topic_overlap(old.topic, new.topic) < STRICT_OVERLAP:
         return None
     if longer < STRICT_LONGER_OVERLAP:
@@ -332,7 +448,7 @@ def _weak(old: _Statement, new: _Statement) -> str | None:
 # A Chinese name is the two characters before its head (账单系统, 支付模块), or the head alone
 # (网关) after a particle.
 _SUBJECT_ZH_RE = re.compile(
-    r"(?:(?<![\u4e00-\u9fff])|(?<=[的了为和与把用在是])|[\u4e00-\u9fff]{2})(?:模块|服务|系统|平台|网关)"
+    r"(?:(?<![\u4e00-\u9fff])|(?<=[的了为和与把用在是])|[\u4e00-\u9fff]{2})(?:模块|服务|系统|平台|网关|接口(?!协议|规范|文档|风格))"
 )
 _PARTICLES_ZH = frozenset("的了为和与把用在是作")
 _SUBJECT_EN_RE = re.compile(
@@ -372,6 +488,17 @@ def _other_subject(old: str, new: str) -> bool:
     return bool(x) and bool(y) and not (x & y)
 
 
+def _names_a_replacement(old_parts: list[_Statement], new_parts: list[_Statement]) -> bool:
+    """Whether a new sentence says it corrects and names, beside an old value, a new one of
+    its kind: "dropped Redux ... for Zustand" repeats every old word and still replaces one."""
+    old_values = frozenset().union(*(p.values for p in old_parts)) if old_parts else frozenset()
+    kinds = {_value_kind(v) for v in old_values}
+    return any(
+        part.cued and any(_value_kind(v) in kinds for v in part.values - old_values)
+        for part in new_parts
+    )
+
+
 def judge_pair(older: str, newer: str) -> tuple[Verdict, str] | None:
     """The rule on two statements' texts: a verdict and why, or None when they do not bear on
     each other. (Scope, types, order and situations are the caller's: see
@@ -380,12 +507,16 @@ def judge_pair(older: str, newer: str) -> tuple[Verdict, str] | None:
     if not same:
         return None
     report = is_report(old_body) or is_report(new_body)
+    old_parts, new_parts = _statements(old_body), _statements(new_body)
     old_content, new_content = _content(old_body), _content(new_body)
-    if not old_content - new_content and old_content & NEGATIONS == new_content & NEGATIONS:
+    if (
+        not old_content - new_content
+        and old_content & NEGATIONS == new_content & NEGATIONS
+        and not _names_a_replacement(old_parts, new_parts)
+    ):
         return None  # a copy, or an elaboration: all the old one said is said again
     if _other_subject(old_body, new_body):
         return None  # the same words about another module: another subject
-    old_parts, new_parts = _statements(old_body), _statements(new_body)
     weak: str | None = None
     best: tuple[str, float] | None = None
     for old in old_parts:

@@ -320,3 +320,68 @@ def test_the_model_cannot_turn_a_conflict_into_a_supersession() -> None:
 
 def test_the_offline_confirmation_is_the_rule_itself() -> None:
     assert judge_pair("I like brief answers.", "I like brief answers.") is None
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        # the old value named again beside its replacement, with a cue
+        ("The mobile app uses Redux for state.", "We dropped Redux in the mobile app for Zustand."),
+        ("移动端的状态管理用 Redux。", "移动端去掉了 Redux，状态管理用 Zustand。"),
+        # one kind of value changed, the rest said again with a reason added
+        (
+            "Sprint 14 ends on the 9th.",
+            "We're extending sprint 14 by a week, so it ends on the 16th.",
+        ),
+        ("接口限流是每个密钥每分钟100次。", "接口限流调到每个密钥每分钟300次。"),
+        (
+            "Migration window: Saturday 02:00-04:00 UTC.",
+            "Migration window: Sunday 01:00-03:00 UTC.",
+        ),
+    ],
+)
+def test_a_replaced_value_of_the_same_statement_supersedes(old: str, new: str) -> None:
+    judged = judge_pair(old, new)
+
+    assert judged is not None and judged[0] is Verdict.SUPERSEDE
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        # another subject: a word of the old statement besides its value is not said again
+        ("The staging database runs PostgreSQL 14.", "The production database runs PostgreSQL 16."),
+        ("搜索接口限流每分钟100次。", "登录接口限流每分钟5次。"),
+        # a name and a date changed at once
+        ("The iOS beta ships on March 3.", "The Android beta ships on March 10."),
+        # the side and the thing changed at once
+        ("I prefer tabs in Go files.", "I prefer spaces in YAML files."),
+        # the same protocol decision about two modules (the project history's template)
+        (
+            "赵工：我们选定 GraphQL 作为认证模块的接口协议，REST 先不考虑了。",
+            "赵工：我们选定 gRPC 作为账单系统的接口协议，GraphQL 先不考虑了。",
+        ),
+        # a new value where the old named none: an addition, even with a cue word
+        (
+            "Keep audit logs for one year.",
+            "Audit logs older than 30 days move to cold storage but are kept for the year.",
+        ),
+    ],
+)
+def test_another_subject_or_an_addition_supersedes_nothing(old: str, new: str) -> None:
+    judged = judge_pair(old, new)
+
+    assert judged is None or judged[0] is Verdict.CONFLICT
+
+
+@pytest.mark.parametrize(
+    "new",
+    [
+        "Release notes 4.1: rate limit raised to 300 requests per minute; new export button.",
+        "Rate limit raised to 300 per minute; new export button; bug fixes.",
+    ],
+)
+def test_a_labelled_report_or_a_list_is_a_conflict_at_most(new: str) -> None:
+    judged = judge_pair("The rate limit is 100 requests per minute.", new)
+
+    assert judged is None or judged[0] is Verdict.CONFLICT
