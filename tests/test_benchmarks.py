@@ -268,7 +268,10 @@ def test_system_quality_replays_through_real_workers(  # type: ignore[no-untyped
         assert 0.0 <= float(result[key]) <= 1.0, key
     for name in ("recall", "context", "in_context"):
         prefix = "recall_at_10_" if name != "in_context" else ""
-        assert float(result[f"{prefix}{name}_credit"]) >= float(result[f"{prefix}{name}_strict"])
+        strict = float(result[f"{prefix}{name}_strict"])
+        kept = float(result[f"{prefix}{name}_credit_kept"])
+        # checked credit lies between strict recall and the credit every covered turn gets
+        assert strict <= kept <= float(result[f"{prefix}{name}_credit"])
     # and every gold turn is accounted for: reachable, folded into a summary, or unreachable
     gold = result["gold_turns"]
     unreachable = result["unreachable_gold"]
@@ -417,3 +420,21 @@ def test_the_corrections_set_is_well_formed() -> None:
         for side in ("older", "newer"):
             assert set(row[side]) == {"content", "type", "speaker", "user_id"}, row["id"]
             assert row[side]["content"].strip(), row["id"]
+
+
+def test_system_quality_credits_a_summary_only_for_the_turns_it_still_says() -> None:
+    from memharness.bench.system_store import Cover, credit
+
+    # given a summary covering two turns, of which it says only the first
+    cover = Cover(
+        dia_of={"t1": "D1:1", "t2": "D1:2"},
+        covers={"s": frozenset({"D1:1", "D1:2"})},
+        level_of={"t1": 0, "t2": 0, "s": 1},
+        holds={"s": frozenset({"D1:1"})},
+    )
+    gold = frozenset({"D1:1", "D1:2"})
+
+    # then the summary alone is no strict hit, full credit for both, checked credit for one
+    assert credit(["s"], cover, gold) == (0.0, 1.0, 0.5)
+    # and a raw turn counts everywhere
+    assert credit(["t2", "s"], cover, gold) == (0.5, 1.0, 1.0)

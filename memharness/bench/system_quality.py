@@ -21,8 +21,10 @@ LoCoMo-format file through the real product and asks every question:
 * every question of categories 1-4 is asked through ``recall()`` (limit 10) and ``context()``
   (budget 4,000 tokens); the returned memories are mapped back to dia_ids.
 
-Evidence recall@10 is reported strictly (only raw turns count) and with summary credit (a
-summary counts for the turns it covers, through ``parent_ids`` down to level 0), beside the
+Evidence recall@10 is reported strictly (only raw turns count), with summary credit (a
+summary counts for the turns it covers, through ``parent_ids`` down to level 0) and with
+checked credit (``*_credit_kept``: a summary counts only for the covered turns of which it still
+says half the distinct content words, ``system_store.HOLDS_SHARE``), beside the
 pure pipeline's dense and full recall@10 on the same turns and questions, in the same run
 (``retrieval_quality.evaluate_conversation``). Gold evidence that cannot be reached is
 classified by its row's state; the background's work (supersessions, conflicts, summaries'
@@ -216,9 +218,10 @@ def ask_questions(
             asked.partition_tokens[part.name.value].append(part.used_tokens)
         figures: dict[str, float] = {}
         for name, ids in (("recall", recalled), ("context", ranked[:K])):
-            strict, credited = credit(ids, cover, question.gold)
+            strict, credited, kept = credit(ids, cover, question.gold)
             figures[f"{name}_strict"] = strict
             figures[f"{name}_credit"] = credited
+            figures[f"{name}_credit_kept"] = kept
             asked.hit_ids.update(ids)
             summaries = [i for i in ids if cover.level_of.get(i, 0) >= 1]
             asked.summaries_returned += len(summaries)
@@ -228,8 +231,9 @@ def ask_questions(
         for name, deep in (("recall", recalled_deep), ("context", ranked)):
             raw = [i for i in deep if cover.level_of.get(i, 0) == 0][:K]
             figures[f"{name}_raw_only"] = credit(raw, cover, question.gold)[0]
-        strict, credited = credit(delivered, cover, question.gold)
+        strict, credited, kept = credit(delivered, cover, question.gold)
         figures["in_context_strict"], figures["in_context_credit"] = strict, credited
+        figures["in_context_credit_kept"] = kept
 
         # The pure pipeline's assembled context of the same question, nothing but long-term
         # memory to lay out (no window: the pure bench holds none).
@@ -376,6 +380,9 @@ def run(
         "recall_at_10_recall_credit": means.get("recall_credit"),
         "recall_at_10_context_strict": means.get("context_strict"),
         "recall_at_10_context_credit": means.get("context_credit"),
+        "recall_at_10_recall_credit_kept": means.get("recall_credit_kept"),
+        "recall_at_10_context_credit_kept": means.get("context_credit_kept"),
+        "in_context_credit_kept": means.get("in_context_credit_kept"),
         "recall_at_10_recall_raw_only": means.get("recall_raw_only"),
         "recall_at_10_context_raw_only": means.get("context_raw_only"),
         "in_context_strict": means.get("in_context_strict"),
@@ -439,7 +446,9 @@ def run(
     _log(
         f"recall@10 strict: recall() {result['recall_at_10_recall_strict']}, context() "
         f"{result['recall_at_10_context_strict']} (with summary credit "
-        f"{result['recall_at_10_context_credit']}); pure full {result['recall_at_10_pure_full']}, "
+        f"{result['recall_at_10_context_credit']}, checked "
+        f"{result['recall_at_10_context_credit_kept']}); "
+        f"pure full {result['recall_at_10_pure_full']}, "
         f"pure dense {result['recall_at_10_pure_dense']}"
     )
     print(json.dumps(result, sort_keys=True, ensure_ascii=False))

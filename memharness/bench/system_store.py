@@ -14,6 +14,9 @@ from typing import Any
 
 import redis
 
+from pipelines.text.sentences import split_speaker
+from pipelines.text.words import content_tokens
+
 # The nightly compression: one sweep per compress_interval_s (900 s) of the night, until one
 # creates nothing; six rounds is more than any night of the test data needed.
 COMPRESS_ROUNDS = 6
@@ -143,25 +146,37 @@ def run_night(
     log.seconds.append(time.monotonic() - started)
 
 
+# A summary holds a turn it covers when it says at least this share of the turn's distinct
+# content words (its speaker's name aside): an extractive summary keeps a sentence whole, a
+# dropped sentence leaves a few shared words at most.
+HOLDS_SHARE = 0.5
+
+
 @dataclass
 class Cover:
     """What every memory of the tenant stands for: a turn's dia_id, or (a summary) the dia_ids
-    of the level-0 rows under it."""
+    of the level-0 rows under it (``covers``) and of those whose words it still says
+    (``holds``)."""
 
     dia_of: dict[str, str]
     covers: dict[str, frozenset[str]]
     level_of: dict[str, int]
+    holds: dict[str, frozenset[str]] = field(default_factory=dict)
+
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(content_tokens(split_speaker(text)[1]))
 
 
 def load_cover(store: Store, tenant: str) -> Cover:
     rows = store.rows(
-        "SELECT id::text, level, metadata->>'dia_id', parent_ids::text[] FROM memories "
+        "SELECT id::text, level, metadata->>'dia_id', parent_ids::text[], content FROM memories "
         "WHERE tenant_id = %s ORDER BY id",
         tenant,
     )
-    dia_of = {mid: dia for mid, level, dia, _ in rows if level == 0 and dia}
-    parents = {mid: list(p or []) for mid, level, _, p in rows if level >= 1}
-    level_of = {mid: int(level) for mid, level, _, _ in rows}
+    dia_of = {mid: dia for mid, level, dia, _, _ in rows if level == 0 and dia}
+    parents = {mid: list(p or []) for mid, level, _, p, _ in rows if level >= 1}
+    level_of = {mid: int(level) for mid, level, _, _, _ in rows}
     covers: dict[str, frozenset[str]] = {}
 
     def expand(mid: str, seen: frozenset[str]) -> frozenset[str]:
@@ -179,17 +194,31 @@ def load_cover(store: Store, tenant: str) -> Cover:
 
     for mid in sorted(parents):
         expand(mid, frozenset())
-    return Cover(dia_of=dia_of, covers=covers, level_of=level_of)
+    turn_words = {dia_of[mid]: _words(text) for mid, _, _, _, text in rows if mid in dia_of}
+    holds: dict[str, frozenset[str]] = {}
+    for mid, level, _, _, text in rows:
+        if level >= 1 and mid in covers:
+            said = _words(text)
+            holds[mid] = frozenset(
+                dia
+                for dia in covers[mid]
+                if turn_words.get(dia)
+                and len(turn_words[dia] & said) >= HOLDS_SHARE * len(turn_words[dia])
+            )
+    return Cover(dia_of=dia_of, covers=covers, level_of=level_of, holds=holds)
 
 
-def credit(ids: Sequence[str], cover: Cover, gold: frozenset[str]) -> tuple[float, float]:
-    """Recall of ``gold`` by the memories ``ids``: strict (raw turns only) and with summary
-    credit (a summary counts for the turns it covers)."""
+def credit(ids: Sequence[str], cover: Cover, gold: frozenset[str]) -> tuple[float, float, float]:
+    """Recall of ``gold`` by the memories ``ids``: strict (raw turns only), with summary
+    credit (a summary counts for the turns it covers), and with checked credit (a summary
+    counts only for the covered turns whose words it still says)."""
     strict = {cover.dia_of[i] for i in ids if i in cover.dia_of}
-    covered = set(strict)
+    covered, held = set(strict), set(strict)
     for i in ids:
         covered |= cover.covers.get(i, frozenset())
-    return len(gold & strict) / len(gold), len(gold & covered) / len(gold)
+        held |= cover.holds.get(i, frozenset())
+    n = len(gold)
+    return len(gold & strict) / n, len(gold & covered) / n, len(gold & held) / n
 
 
 # -- what the background did --------------------------------------------------------------
