@@ -87,6 +87,27 @@ class Settings(BaseSettings):
         "offline",
         description="When LLM retries run out: use the offline rules (offline) or dead-letter.",
     )
+    # DeepSeek's list prices of deepseek-chat, USD per million tokens
+    # (api-docs.deepseek.com/quick_start/pricing-details-usd); only `memharness stats`'s
+    # estimate reads them, so set them to the prices of the model you run.
+    llm_usd_per_mtok_input: float = Field(
+        0.27,
+        ge=0,
+        description="USD per million prompt tokens that miss the provider's context cache "
+        "(deepseek-chat's list price): the cost estimate of memharness stats.",
+    )
+    llm_usd_per_mtok_cached: float = Field(
+        0.07,
+        ge=0,
+        description="USD per million prompt tokens served from the context cache "
+        "(deepseek-chat's cache-hit list price).",
+    )
+    llm_usd_per_mtok_output: float = Field(
+        1.10,
+        ge=0,
+        description="USD per million completion tokens, reasoning included (deepseek-chat's "
+        "list price).",
+    )
     models_dir: Path = Field(
         Path("var/models"),
         description="Verified weights of local models (memharness llm fetch, llm serve).",

@@ -68,11 +68,13 @@ def _scope_args(parser: argparse.ArgumentParser) -> None:
 def _service() -> Iterator[CheckpointService]:
     from workers.adapters import build_llm
     from workers.db import open_pool
+    from workers.ledger import PostgresLedger
 
     settings = get_settings()
     pool = open_pool(settings, name="memharness-cli")
+    llm = build_llm(settings, ledger=PostgresLedger(lambda: pool))
     try:
-        yield CheckpointService(pool, build_llm(settings), keep_last=settings.checkpoint_keep_last)
+        yield CheckpointService(pool, llm, keep_last=settings.checkpoint_keep_last)
     finally:
         pool.close()
 

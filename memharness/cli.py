@@ -66,7 +66,7 @@ def _cmd_beat(args: argparse.Namespace) -> int:
 def _cmd_stats(args: argparse.Namespace) -> int:
     from memharness.stats import collect_stats, format_stats
 
-    stats = collect_stats(get_settings(), tenant_id=args.tenant)
+    stats = collect_stats(get_settings(), tenant_id=args.tenant, days=args.days)
     print(json.dumps(stats, indent=2, sort_keys=True) if args.json else format_stats(stats))
     return 0
 
@@ -178,8 +178,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--loglevel", default="INFO")
     p.set_defaults(func=_cmd_beat)
 
-    p = sub.add_parser("stats", help="the write funnel, job states and task counters")
+    p = sub.add_parser(
+        "stats", help="the write funnel, job states, task counters and LLM tokens with their cost"
+    )
     p.add_argument("--tenant", default=None)
+    p.add_argument(
+        "--days", type=int, default=None, help="LLM tokens of the last N UTC days (default: all)"
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_stats)
 

@@ -324,9 +324,12 @@ class MemoryClient(Owning):
         """The checkpoint store (list, show, verify besides the three calls below)."""
         if self._checkpoints is None:
             from workers.adapters import build_llm
+            from workers.ledger import PostgresLedger
 
+            pool = self._pool
+            llm = build_llm(self.settings, ledger=PostgresLedger(lambda: pool))
             self._checkpoints = CheckpointService(
-                self._pool, build_llm(self.settings), keep_last=self.settings.checkpoint_keep_last
+                pool, llm, keep_last=self.settings.checkpoint_keep_last
             )
         return self._checkpoints
 

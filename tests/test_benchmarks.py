@@ -371,11 +371,53 @@ def test_cognition_measures_the_model_beside_the_rules_over_http(monkeypatch, ca
     calls = model["llm_calls"]
     assert calls["calls"] == calls["failed_calls"] == asked == model["proposed"] > 0
     assert float(calls["latency_p95_ms"]) >= float(calls["latency_p50_ms"]) > 0
-    assert calls["tokens_in"] is None and "usage" in calls["tokens_note"]
+    # from the ledger: an HTTP error has no usage, so the failed calls cost no tokens
+    assert calls["answered_calls"] == calls["tokens_in"] == calls["tokens_out"] == 0
     # a model that fails supersedes nothing: every proposal is kept as a conflict
     confirmed = model["confirmed"]["by_lang"]["all"]
     assert confirmed["superseded"] == 0
     assert sum(confirmed["conflicts"].values()) == model["proposed"]
+
+
+def test_cognition_reads_the_models_tokens_from_the_ledger_per_1000_turns(
+    monkeypatch, capsys
+) -> None:  # type: ignore[no-untyped-def]
+    from config import get_settings
+    from memharness.bench.cognition import run
+    from tests.support.openai_stub import serve_stub
+
+    with serve_stub() as stub:
+        # given a model (the stub, answering) that reports usage as DeepSeek does
+        for key, value in stub.worker_env().items():
+            monkeypatch.setenv(key, value)
+        get_settings.cache_clear()
+        try:
+            # when the write section runs with --llm openai
+            assert run(llm="openai", sections=["write"]) == 0
+        finally:
+            monkeypatch.undo()
+            get_settings.cache_clear()
+        requests = [r for r in stub.stats()["requests"] if r["endpoint"] == "chat"]
+    result = last_json(capsys)
+
+    # then the model run's tokens are the server's counts (words here), read from the ledger
+    model = result["sections"]["write"]["openai"]
+    calls = model["llm_calls"]
+    prompt_words = sum(len(m["content"].split()) for r in requests for m in r["messages"])
+    assert calls["answered_calls"] == calls["calls"] == len(requests) > 0
+    assert calls["tokens_in"] == prompt_words
+    assert 0 < calls["tokens_in_cached"] < calls["tokens_in"]  # the judge's prompt, cached
+    assert calls["tokens_out"] > 0 and calls["tokens_out_reasoning"] == 0
+    # and per 1,000 recorded turns of the write set, in the figures and the headline
+    turns = sum(lang["turns"] for lang in model["languages"].values())
+    rates = calls["per_1000_turns"]
+    assert rates["tokens_in"] == round(calls["tokens_in"] * 1000 / turns, 1)
+    assert rates["tokens_out"] == round(calls["tokens_out"] * 1000 / turns, 1)
+    assert result["headline"]["write.openai.tokens_in_per_1000_turns"] == rates["tokens_in"]
+    # and the offline rules spent nothing
+    offline = result["sections"]["write"]["offline"]["llm_calls"]
+    assert offline["tokens_in"] == offline["tokens_out"] == 0
+    assert result["headline"]["write.offline.tokens_in_per_1000_turns"] == 0.0
 
 
 def test_cognition_reports_an_absent_section_and_refuses_an_unknown_one(capsys) -> None:  # type: ignore[no-untyped-def]

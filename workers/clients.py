@@ -22,8 +22,8 @@ from workers.db import open_pool
 
 if TYPE_CHECKING:
     from pipelines.index.vectors import Embedder, VectorIndex
-    from pipelines.ports import LLM
     from pipelines.read.tokens import TokenCounter
+    from workers.ledger import BillableLLM
     from workers.read.window import WorkingMemoryPool
 
 
@@ -78,10 +78,17 @@ class Clients:
         )
 
     @built_once
-    def llm(self) -> LLM:
+    def llm(self) -> BillableLLM:
+        """The cognitive engine, unbound: a call through it is recorded as unattributed;
+        calls made for a tenant go through ``llm_for``."""
         from workers.adapters import build_llm
+        from workers.ledger import PostgresLedger
 
-        return build_llm(self.settings)
+        return build_llm(self.settings, ledger=PostgresLedger(lambda: self.pool))
+
+    def llm_for(self, tenant_id: str) -> BillableLLM:
+        """The cognitive engine with its calls recorded under ``tenant_id`` in the ledger."""
+        return self.llm.billed_to(tenant_id)
 
     @built_once
     def embedder(self) -> Embedder:

@@ -11,8 +11,11 @@ Every section runs once with the offline adapter (``OfflineLLM``: the rules); wi
 ``--llm openai`` it runs a second time with the adapter ``workers.adapters.build_llm`` makes
 of the settings (the configured base URL and models: DeepSeek, or a local llama.cpp server),
 so the rules and the model are compared on the same pairs in the same run. Each run's model
-calls are counted per port method, with their latency (p50/p95, nearest rank) and, where the
-adapter reports usage, tokens in and out.
+calls are counted per port method, with their latency (p50/p95, nearest rank), and its tokens
+are read from the token ledger the adapter records into (``workers.ledger.MemoryLedger``, the
+same port the workers' PostgreSQL ledger implements): what the server reported, never an
+estimate; the offline rules record none. The write section, whose inputs are recorded turns,
+also reports its tokens per 1,000 turns.
 
 Tables go to stderr; the last stdout line is one JSON object.
 """
@@ -32,13 +35,13 @@ from typing import Any, cast
 
 from memharness.bench.scratch import percentile
 from pipelines.ports import LLM
+from workers.ledger import MemoryLedger, TokenUsage
 
 SECTIONS = ("corrections", "write", "compress", "knowledge", "causal")
 DEFAULT_DATA_DIR = Path(__file__).resolve().parents[2] / "tests" / "data" / "cognition"
 NOT_AVAILABLE = "section not available"
-# The OpenAI-compatible adapter returns parsed answers and drops the response's usage, so a
-# model's tokens cannot be read from the port; the bench says so rather than guess.
-TOKENS_NOTE = "workers/adapters/llm_openai.py does not expose the usage of its answers"
+# The tenant a bench run's calls are recorded under in its ledger.
+BENCH_TENANT = "bench"
 
 
 def _log(message: str) -> None:
@@ -75,7 +78,8 @@ class MeteredLLM:
 
         return call
 
-    def report(self, offline: bool) -> dict[str, Any]:
+    def report(self, usage: TokenUsage) -> dict[str, Any]:
+        """Calls and latencies, and ``usage``: the ledger's tokens of these calls."""
         every = [s for samples in self.seconds.values() for s in samples]
 
         def ms(samples: Sequence[float], q: float) -> float | None:
@@ -87,10 +91,40 @@ class MeteredLLM:
             "calls_by_method": {name: len(s) for name, s in sorted(self.seconds.items())},
             "latency_p50_ms": ms(every, 0.50),
             "latency_p95_ms": ms(every, 0.95),
-            "tokens_in": 0 if offline else None,
-            "tokens_out": 0 if offline else None,
-            **({} if offline else {"tokens_note": TOKENS_NOTE}),
+            "answered_calls": usage.calls,
+            "tokens_in": usage.prompt,
+            "tokens_in_cached": usage.cached,
+            "tokens_out": usage.completion,
+            "tokens_out_reasoning": usage.reasoning,
         }
+
+
+def minus(after: TokenUsage, before: TokenUsage) -> TokenUsage:
+    return TokenUsage(
+        prompt=after.prompt - before.prompt,
+        completion=after.completion - before.completion,
+        cached=after.cached - before.cached,
+        reasoning=after.reasoning - before.reasoning,
+        calls=after.calls - before.calls,
+    )
+
+
+def per_1000(usage: TokenUsage, turns: int) -> dict[str, float] | None:
+    """Tokens per 1,000 turns (None without turns)."""
+    if turns <= 0:
+        return None
+    scale = 1000 / turns
+    return {
+        "tokens_in": round(usage.prompt * scale, 1),
+        "tokens_in_cached": round(usage.cached * scale, 1),
+        "tokens_out": round(usage.completion * scale, 1),
+        "calls": round(usage.calls * scale, 1),
+    }
+
+
+def turns_of(figures: dict[str, Any]) -> int:
+    """The recorded turns the write section decided (its languages' ``turns``)."""
+    return sum(int(lang["turns"]) for lang in figures["languages"].values())
 
 
 def section_module(name: str) -> ModuleType | None:
@@ -105,10 +139,10 @@ def section_module(name: str) -> ModuleType | None:
         raise
 
 
-def build_model(kind: str) -> LLM:
+def build_model(kind: str, ledger: MemoryLedger | None = None) -> LLM:
     """The adapter of ``--llm``: the offline rules, or the OpenAI-compatible adapter of the
     settings (the provider forced to openai, so a missing key is an error, not a silent
-    fallback to the rules)."""
+    fallback to the rules), recording into ``ledger``."""
     from workers.adapters.llm_offline import OfflineLLM
 
     if kind == "offline":
@@ -116,7 +150,8 @@ def build_model(kind: str) -> LLM:
     from config import get_settings
     from workers.adapters import build_llm
 
-    return build_llm(get_settings().model_copy(update={"llm_provider": "openai"}))
+    settings = get_settings().model_copy(update={"llm_provider": "openai"})
+    return build_llm(settings, ledger=ledger).billed_to(BENCH_TENANT)
 
 
 def run(
@@ -134,8 +169,9 @@ def run(
         print(json.dumps({"error": error}))
         return 2
     kinds = ["offline"] if llm == "offline" else ["offline", llm]
+    ledgers = {kind: MemoryLedger() for kind in kinds}
     try:
-        models = {kind: build_model(kind) for kind in kinds}
+        models = {kind: build_model(kind, ledgers[kind]) for kind in kinds}
     except ValueError as exc:
         _log(f"error: {exc}")
         print(json.dumps({"error": str(exc)}))
@@ -158,10 +194,18 @@ def run(
         for kind, model in models.items():
             _log(f"{name}: running with {model.name}")
             metered = MeteredLLM(model)
+            before = ledgers[kind].total()
             began = time.perf_counter()
             figures: dict[str, Any] = module.run(cast(LLM, metered), data)
             figures["seconds"] = round(time.perf_counter() - began, 3)
-            figures["llm_calls"] = metered.report(offline=kind == "offline")
+            usage = minus(ledgers[kind].total(), before)
+            figures["llm_calls"] = metered.report(usage)
+            rates = per_1000(usage, turns_of(figures)) if name == "write" else None
+            if rates is not None:
+                figures["llm_calls"]["per_1000_turns"] = rates
+                headline = figures.setdefault("headline", {})
+                headline["tokens_in_per_1000_turns"] = rates["tokens_in"]
+                headline["tokens_out_per_1000_turns"] = rates["tokens_out"]
             for key, value in figures.get("headline", {}).items():
                 result["headline"][f"{name}.{kind}.{key}"] = value
             runs[kind] = figures

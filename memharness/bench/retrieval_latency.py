@@ -54,6 +54,7 @@ from workers.adapters import build_embedder, build_llm
 from workers.adapters.vector_edge import EdgeIndex
 from workers.db import drop_database, migrate, open_pool
 from workers.index.targets import EPISODIC, alias_name, collection_params, episodic_payload
+from workers.ledger import PostgresLedger
 from workers.metrics import set_enabled
 
 TARGET_P95_MS = {10_000: 10.0, 100_000: 30.0}
@@ -278,7 +279,7 @@ def measure(
         stores.pool = pool
         stores.vectors = index
         stores.embedder = embedder
-        stores.llm = build_llm(settings)
+        stores.llm = build_llm(settings, ledger=PostgresLedger(lambda: pool))
         stores.counter = counter
         stores.working_memory = WorkingMemoryPool(
             r, max_turns=settings.working_memory_max_turns, ttl_s=settings.working_memory_ttl_s

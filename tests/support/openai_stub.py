@@ -15,9 +15,18 @@ Faults are scripted by whoever holds the URL, over HTTP, so worker subprocesses 
     GET  /_stats                                     # what was asked and what was answered
 
 Modes: ``ok``, ``slow``, ``invalid_json``, ``bad_schema``, ``truncated`` (the answer's first
-half, ``finish_reason: length``, as a model cut at max_tokens) and ``httpNNN`` for any status
+half, ``finish_reason: length``, as a model cut at max_tokens), ``reasoning`` (a reasoning
+model: its thinking in ``reasoning_content``, the answer in ``content``), ``reasoning_only``
+(``content`` empty, the thinking ending with the answer's JSON) and ``httpNNN`` for any status
 (``http500``, ``http429``, ``http400``, ``http401``...). ``times`` omitted means until the
 next control call. Run it by hand with ``python -m tests.support.openai_stub --port 8765``.
+
+Usage is counted in words and reported as DeepSeek reports it (``usage_style``
+``deepseek``: ``prompt_cache_hit_tokens`` / ``prompt_cache_miss_tokens``), as OpenAI does
+(``openai``: ``prompt_tokens_details.cached_tokens``) or not at all (``none``). The stub
+caches prefixes as DeepSeek's context cache does, by whole messages: a system message it has
+answered before is a cache hit for its tokens. Reasoning tokens are reported in
+``completion_tokens_details.reasoning_tokens`` and counted in ``completion_tokens``.
 """
 
 from __future__ import annotations
@@ -54,6 +63,7 @@ from workers.adapters.embed_hashing import HashingEmbedder
 from workers.adapters.llm_offline import OfflineLLM
 from workers.adapters.llm_openai import (
     ANNOTATE_PROMPT,
+    CALIBRATE_PROMPT,
     CAUSAL_PROMPT,
     COMPRESS_PROMPT,
     CONFIRM_PROMPT,
@@ -66,7 +76,10 @@ from workers.adapters.llm_openai import (
     SUMMARY_PROMPT,
 )
 
-MODES = ("ok", "slow", "invalid_json", "bad_schema", "truncated")
+MODES = ("ok", "slow", "invalid_json", "bad_schema", "truncated", "reasoning", "reasoning_only")
+USAGE_STYLES = ("deepseek", "openai", "none")
+# In every reasoning answer's thinking: a test looks for it wherever memories are stored.
+REASONING_MARK = "STUB-REASONING-7f3a"
 _HTTP_MODE_RE = re.compile(r"^http([45]\d\d)$")
 # What the adapter puts before the content when the agent labelled the memory.
 _HINT_RE = re.compile(r"^\(the agent labelled it (\w+)\)\n")
@@ -75,8 +88,6 @@ _DEEP_USER_RE = re.compile(
     r"interaction:\n",
     re.S,
 )
-_MAX_WORDS_RE = re.compile(r"in at most\s+(\d+)\s+words")
-_SUMMARY_PREFIX = SUMMARY_PROMPT.split("{", 1)[0]
 # What a model that ignores the JSON instruction tends to send.
 _NOT_JSON = "Sure! Here is my assessment: keep = yes, it looks important."
 
@@ -90,6 +101,8 @@ class StubState:
     times: int | None = None
     embed_dim: int | None = None
     embed_reversed: bool = False
+    usage_style: str = "deepseek"
+    seen_prefixes: set[str] = field(default_factory=set)
     counts: Counter[str] = field(default_factory=Counter)
     requests: list[dict[str, Any]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -120,11 +133,18 @@ class StubState:
                 self.embed_dim = int(body["embed_dim"]) if body["embed_dim"] else None
             if "embed_reversed" in body:
                 self.embed_reversed = bool(body["embed_reversed"])
+            if "usage_style" in body:
+                style = str(body["usage_style"])
+                if style not in USAGE_STYLES:
+                    raise ValueError(f"unknown usage_style {style!r}")
+                self.usage_style = style
 
     def reset(self) -> None:
         with self.lock:
             self.mode, self.delay_s, self.times = "ok", 0.0, None
             self.embed_dim, self.embed_reversed = None, False
+            self.usage_style = "deepseek"
+            self.seen_prefixes.clear()
             self.counts.clear()
             self.requests.clear()
 
@@ -149,8 +169,10 @@ def _prompt_kind(system: str) -> str:
         return "judge"
     if system == DEEP_PROMPT:
         return "deep"
-    if system.startswith(_SUMMARY_PREFIX):
+    if system == SUMMARY_PROMPT:
         return "summary"
+    if system == CALIBRATE_PROMPT:
+        return "calibrate"
     if system in _READ_PROMPTS:
         return _READ_PROMPTS[system]
     if system in _COGNITION_PROMPTS:
@@ -248,15 +270,28 @@ def _deep_answer(user: str) -> WriteJudgement:
     return offline_deep_judge(content, None, first)
 
 
+def _calibrate_answer(user: str) -> str:
+    """What the calibration rules say of the facts: verify each pending external write."""
+    writes = [a for a in json.loads(user)["pending_actions"] if a["effect"] == "external_write"]
+    checks = [
+        {"action_id": a["action_id"], "reason": f"stub model: check {a['tool']} took effect"}
+        for a in writes
+    ]
+    reason = "stub model: an external write may have happened" if writes else "stub model: local"
+    return json.dumps({"needs_verification": bool(writes), "reason": reason, "checks": checks})
+
+
 def _answer_ok(kind: str, system: str, user: str) -> str:
+    if kind == "calibrate":
+        return _calibrate_answer(user)
     if kind in _READ_PROMPTS.values():
         return _read_answer(kind, user)
     if kind in _COGNITION_PROMPTS.values():
         return _cognition_answer(kind, user)
     if kind == "summary":
-        words = _MAX_WORDS_RE.search(system)
+        body = json.loads(user)
         return json.dumps(
-            {"summary": extractive_summary(user, int(words.group(1)) if words else 60)}
+            {"summary": extractive_summary(body["interaction"], int(body["max_words"]))}
         )
     judgement = _judge_answer(user) if kind == "judge" else _deep_answer(user)
     reason = f"stub model: {judgement.reason}"[:500]
@@ -279,6 +314,42 @@ def _answer_bad_schema(kind: str) -> str:
 
 def _tokens(text: str) -> int:
     return max(1, len(text.split()))
+
+
+def _thinking(kind: str) -> str:
+    return (
+        f"The user wants a {kind} answer. Let me think about it step by step "
+        f"({REASONING_MARK}): the rules say what to keep, so I answer with JSON."
+    )
+
+
+def _usage(
+    state: StubState, system: str, user: str, content: str, reasoning: str
+) -> dict[str, Any] | None:
+    """The answer's ``usage`` in the configured style, with the stub's prefix cache."""
+    with state.lock:
+        style = state.usage_style
+        hit = system in state.seen_prefixes
+        state.seen_prefixes.add(system)
+    prompt_tokens = _tokens(system) + _tokens(user)
+    cached = _tokens(system) if hit else 0
+    reasoning_tokens = _tokens(reasoning) if reasoning else 0
+    completion_tokens = (_tokens(content) if content else 0) + reasoning_tokens
+    usage: dict[str, Any] = {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
+    if style == "none":
+        return None
+    if style == "deepseek":
+        usage["prompt_cache_hit_tokens"] = cached
+        usage["prompt_cache_miss_tokens"] = prompt_tokens - cached
+    else:
+        usage["prompt_tokens_details"] = {"cached_tokens": cached}
+    if reasoning:
+        usage["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens}
+    return usage
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -390,6 +461,7 @@ class _Handler(BaseHTTPRequestHandler):
                 "response_format": body.get("response_format"),
                 "max_tokens": body.get("max_tokens"),
                 "authorization": self.headers.get("Authorization"),
+                "messages": messages,
             },
             "chat",
             f"chat:{kind}",
@@ -413,8 +485,14 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             if mode == "truncated":
                 content, finish_reason = content[: len(content) // 2], "length"
-        prompt_tokens = _tokens(system) + _tokens(user)
-        completion_tokens = _tokens(content)
+        message: dict[str, Any] = {"role": "assistant", "content": content}
+        reasoning = ""
+        if mode == "reasoning":
+            reasoning = message["reasoning_content"] = _thinking(kind)
+        elif mode == "reasoning_only":
+            reasoning = message["reasoning_content"] = f"{_thinking(kind)}\n{content}"
+            message["content"] = ""
+        usage = _usage(state, system, user, message["content"], reasoning)
         self._send(
             200,
             {
@@ -426,16 +504,12 @@ class _Handler(BaseHTTPRequestHandler):
                 "choices": [
                     {
                         "index": 0,
-                        "message": {"role": "assistant", "content": content},
+                        "message": message,
                         "logprobs": None,
                         "finish_reason": finish_reason,
                     }
                 ],
-                "usage": {
-                    "prompt_tokens": prompt_tokens,
-                    "completion_tokens": completion_tokens,
-                    "total_tokens": prompt_tokens + completion_tokens,
-                },
+                "usage": usage,
             },
         )
 
@@ -537,6 +611,7 @@ class OpenAIStub:
         delay_s: float = 0.0,
         embed_dim: int | None = None,
         embed_reversed: bool | None = None,
+        usage_style: str | None = None,
     ) -> dict[str, Any]:
         body: dict[str, Any] = {}
         if mode is not None:
@@ -545,6 +620,8 @@ class OpenAIStub:
             body["embed_dim"] = embed_dim
         if embed_reversed is not None:
             body["embed_reversed"] = embed_reversed
+        if usage_style is not None:
+            body["usage_style"] = usage_style
         return self._call("POST", "/_control", body)
 
     def reset(self) -> dict[str, Any]:

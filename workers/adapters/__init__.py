@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from config import Settings
 from pipelines.index.vectors import Embedder, VectorIndex
-from pipelines.ports import LLM
+from workers.ledger import BillableLLM, UsageLedger
 
 
-def build_llm(settings: Settings) -> LLM:
+def build_llm(settings: Settings, *, ledger: UsageLedger | None = None) -> BillableLLM:
+    """The adapter of the settings; ``ledger`` receives the usage of every model answer
+    (a process with a pool passes ``PostgresLedger``)."""
     if not settings.llm_is_remote:
         from workers.adapters.llm_offline import OfflineLLM
 
@@ -26,6 +28,7 @@ def build_llm(settings: Settings) -> LLM:
         temperature_summary=settings.llm_temperature_summary,
         max_tokens=settings.llm_max_tokens,
         send_schema=settings.llm_send_schema,
+        ledger=ledger,
     )
 
 

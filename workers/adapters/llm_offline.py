@@ -1,7 +1,8 @@
 """The offline LLM adapter: deterministic rules, no network, no key.
 
 It implements the same port as the OpenAI-compatible adapter, so every pipeline runs (and is
-tested) without a model; its answers are the rule-based ones in ``pipelines``.
+tested) without a model; its answers are the rule-based ones in ``pipelines``. It spends no
+tokens and records nothing in the token ledger (``workers.ledger``).
 """
 
 from __future__ import annotations
@@ -39,6 +40,10 @@ class OfflineLLM:
     @property
     def name(self) -> str:
         return "offline"
+
+    def billed_to(self, tenant_id: str) -> OfflineLLM:
+        """Itself: the rules cost nothing to bill."""
+        return self
 
     def judge_write(self, content: str, type_hint: MemoryType | None) -> WriteJudgement:
         return offline_judge(content, type_hint)

@@ -3,10 +3,20 @@
 The client has an explicit timeout and no retries of its own: a failed call surfaces at once
 as :class:`TransientLLMError` (timeout, 429, 5xx, connection) or :class:`MalformedLLMOutput`
 (not JSON, or JSON that fails the schema), and the job's own retry policy decides what next.
+
+Every answer's usage goes to the ledger (``workers.ledger``) under the tenant the adapter is
+bound to (``billed_to``) and the call's kind, malformed answers included: they were billed.
+Prompts keep their stable part (instructions, schema, examples) in the system message, the
+same bytes on every call of a kind, and the memories in the user message after it, so a
+provider's prefix cache (DeepSeek's context cache) serves the instructions at its cache price.
+
+A reasoning model's answer is read by ``workers.adapters.llm_wire``: its thinking is never
+returned, nor stored.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 from collections.abc import Mapping, Sequence
@@ -23,6 +33,8 @@ from pipelines.records import MemoryType, TaskPhase
 from pipelines.state.calibration import ResumeCalibration, describe_for_calibration
 from pipelines.state.models import TaskCheckpoint
 from pipelines.write.decide import WriteJudgement
+from workers.adapters.llm_wire import answer_of, grammar_safe, usage_of
+from workers.ledger import UNATTRIBUTED, LLMCall, UsageLedger
 
 if TYPE_CHECKING:  # background cognition's records
     from pipelines.cognition.causal import CausalBatch
@@ -66,9 +78,10 @@ names of people, modules, keys and code exactly as written."""
 
 SUMMARY_PROMPT = (
     """Summarise the interaction for an agent's long-term memory in at most
-{max_words} words. Keep every decision with its reason, every preference, every status
+max_words words. Keep every decision with its reason, every preference, every status
 change, and every identifier (numbers, paths, names, keys) verbatim; resolve pronouns to the
-names they stand for. Answer with a JSON object and nothing else: {{"summary": "..."}}
+names they stand for. The user message is a JSON object {"max_words": <n>, "interaction":
+"..."}. Answer with a JSON object and nothing else: {"summary": "..."}
 """
     + LANGUAGE_RULE
 )
@@ -140,28 +153,6 @@ def _schema_of(model: type[BaseModel]) -> Mapping[str, Any]:
     return model.model_json_schema()
 
 
-# llama.cpp's grammar parser refuses a rule repeated more than a few thousand times, and
-# llama-cpp-python's server dies on the refusal: a string of maxLength 2,000 (a correction's
-# reason) is 2,000 nested optional characters. Lengths stay checked by the answer models after
-# parsing; a grammar only needs the shape.
-GRAMMAR_MAX_ITEMS = 32
-
-
-def grammar_safe(schema: Any) -> Any:
-    """``schema`` without the bounds a grammar would unroll: every maxLength, and a maxItems
-    above ``GRAMMAR_MAX_ITEMS``."""
-    if isinstance(schema, Mapping):
-        return {
-            key: grammar_safe(value)
-            for key, value in schema.items()
-            if key != "maxLength"
-            and not (key == "maxItems" and isinstance(value, int) and value > GRAMMAR_MAX_ITEMS)
-        }
-    if isinstance(schema, list):
-        return [grammar_safe(item) for item in schema]
-    return schema
-
-
 SUMMARY_SCHEMA: Mapping[str, Any] = {
     "type": "object",
     "properties": {"summary": {"type": "string", "minLength": 1}},
@@ -199,6 +190,7 @@ class OpenAILLM:
         temperature_summary: float = 0.3,
         max_tokens: int = 4096,
         send_schema: bool = False,
+        ledger: UsageLedger | None = None,
     ) -> None:
         self._client = openai.OpenAI(
             base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=0
@@ -208,13 +200,22 @@ class OpenAILLM:
         self._temperature_summary = temperature_summary
         self._max_tokens = max_tokens
         self._send_schema = send_schema
+        self._ledger = ledger
+        self._tenant = UNATTRIBUTED
 
     @property
     def name(self) -> str:
         return f"openai:{self._model_fast}"
 
+    def billed_to(self, tenant_id: str) -> OpenAILLM:
+        """This adapter (the same client) with its calls recorded under ``tenant_id``."""
+        bound = copy.copy(self)
+        bound._tenant = tenant_id
+        return bound
+
     def _chat_json(
         self,
+        call: LLMCall,
         model: str,
         system: str,
         user: str,
@@ -250,19 +251,14 @@ class OpenAILLM:
             if exc.status_code >= 500:
                 raise TransientLLMError(f"LLM server error (HTTP {exc.status_code})") from exc
             raise LLMError(f"LLM refused the request (HTTP {exc.status_code})") from exc
+        if self._ledger is not None:  # an answer, whatever it holds, was billed
+            self._ledger.record(self._tenant, call, model, usage_of(response.usage))
         if not response.choices:
             raise MalformedLLMOutput("no choices in the answer")
         choice = response.choices[0]
         if choice.finish_reason == "length":
             raise MalformedLLMOutput(f"answer cut at max_tokens ({self._max_tokens})")
-        text = choice.message.content or ""
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError:
-            raise MalformedLLMOutput(f"invalid JSON: {text[:80]!r}") from None
-        if not isinstance(data, dict):
-            raise MalformedLLMOutput(f"JSON is a {type(data).__name__}, not an object")
-        return data
+        return answer_of(choice.message)
 
     def _judgement(self, data: dict[str, Any]) -> WriteJudgement:
         try:
@@ -275,6 +271,7 @@ class OpenAILLM:
     def judge_write(self, content: str, type_hint: MemoryType | None) -> WriteJudgement:
         hint = f"(the agent labelled it {type_hint.value})\n" if type_hint else ""
         data = self._chat_json(
+            LLMCall.JUDGE,
             self._model_fast,
             JUDGE_PROMPT,
             hint + content,
@@ -292,15 +289,23 @@ class OpenAILLM:
         )
         return self._judgement(
             self._chat_json(
-                self._model_deep, DEEP_PROMPT, user, 0.0, schema=_schema_of(WriteJudgement)
+                LLMCall.DEEP_JUDGE,
+                self._model_deep,
+                DEEP_PROMPT,
+                user,
+                0.0,
+                schema=_schema_of(WriteJudgement),
             )
         )
 
     def summarize(self, content: str, max_words: int) -> str:
+        # The word budget varies by caller: it goes with the content, after the prefix.
+        user = json.dumps({"max_words": max_words, "interaction": content}, ensure_ascii=False)
         data = self._chat_json(
+            LLMCall.SUMMARY,
             self._model_deep,
-            SUMMARY_PROMPT.format(max_words=max_words),
-            content,
+            SUMMARY_PROMPT,
+            user,
             self._temperature_summary,
             schema=SUMMARY_SCHEMA,
         )
@@ -312,6 +317,7 @@ class OpenAILLM:
     def calibrate_resume(self, checkpoint: TaskCheckpoint, elapsed_s: float) -> ResumeCalibration:
         facts = json.dumps(describe_for_calibration(checkpoint, elapsed_s), ensure_ascii=False)
         data = self._chat_json(
+            LLMCall.CALIBRATE,
             self._model_fast,
             CALIBRATE_PROMPT,
             facts,
@@ -340,7 +346,12 @@ class OpenAILLM:
             ensure_ascii=False,
         )
         data = self._chat_json(
-            self._model_fast, FOCUS_PROMPT, user, 0.0, schema=_schema_of(_FocusAnswer)
+            LLMCall.FOCUS,
+            self._model_fast,
+            FOCUS_PROMPT,
+            user,
+            0.0,
+            schema=_schema_of(_FocusAnswer),
         )
         try:
             answer = _FocusAnswer.model_validate(data)
@@ -357,7 +368,7 @@ class OpenAILLM:
             {"question": query, "phase": phase, "focus": list(focus)}, ensure_ascii=False
         )
         data = self._chat_json(
-            self._model_fast, REWRITE_PROMPT, user, 0.0, schema=_rewrite_schema()
+            LLMCall.REWRITE, self._model_fast, REWRITE_PROMPT, user, 0.0, schema=_rewrite_schema()
         )
         try:
             return QueryVariants.model_validate({**data, "source": self.name})
@@ -392,7 +403,12 @@ class OpenAILLM:
             ensure_ascii=False,
         )
         data = self._chat_json(
-            self._model_fast, RERANK_PROMPT, user, 0.0, schema=_rerank_schema(len(items))
+            LLMCall.RERANK,
+            self._model_fast,
+            RERANK_PROMPT,
+            user,
+            0.0,
+            schema=_rerank_schema(len(items)),
         )
         try:
             answer = _RerankAnswer.model_validate(data)
@@ -416,7 +432,12 @@ class OpenAILLM:
             ensure_ascii=False,
         )
         data = self._chat_json(
-            self._model_deep, ANNOTATE_PROMPT, user, 0.0, schema=_schema_of(AnnotationBatch)
+            LLMCall.ANNOTATE,
+            self._model_deep,
+            ANNOTATE_PROMPT,
+            user,
+            0.0,
+            schema=_schema_of(AnnotationBatch),
         )
         return parse_annotations(json.dumps(data), request)
 
@@ -425,6 +446,7 @@ class OpenAILLM:
 
         user = json.dumps(json.loads(request.model_dump_json()), ensure_ascii=False)
         data = self._chat_json(
+            LLMCall.COMPRESS,
             self._model_deep,
             COMPRESS_PROMPT,
             user,
@@ -446,7 +468,12 @@ class OpenAILLM:
             ensure_ascii=False,
         )
         data = self._chat_json(
-            self._model_deep, KNOWLEDGE_PROMPT, user, 0.0, schema=_schema_of(KnowledgeBatch)
+            LLMCall.KNOWLEDGE,
+            self._model_deep,
+            KNOWLEDGE_PROMPT,
+            user,
+            0.0,
+            schema=_schema_of(KnowledgeBatch),
         )
         return parse_knowledge(json.dumps(data))
 
@@ -463,7 +490,12 @@ class OpenAILLM:
             ensure_ascii=False,
         )
         data = self._chat_json(
-            self._model_fast, CAUSAL_PROMPT, user, 0.0, schema=_schema_of(CausalBatch)
+            LLMCall.CAUSAL,
+            self._model_fast,
+            CAUSAL_PROMPT,
+            user,
+            0.0,
+            schema=_schema_of(CausalBatch),
         )
         return parse_causal(json.dumps(data))
 
@@ -473,7 +505,12 @@ class OpenAILLM:
         # The instructions are the stable prefix; the two statements come last.
         user = json.dumps(json.loads(request.model_dump_json()), ensure_ascii=False)
         data = self._chat_json(
-            self._model_deep, CONFIRM_PROMPT, user, 0.0, schema=_schema_of(CorrectionAnswer)
+            LLMCall.CONFIRM,
+            self._model_deep,
+            CONFIRM_PROMPT,
+            user,
+            0.0,
+            schema=_schema_of(CorrectionAnswer),
         )
         try:
             return CorrectionAnswer.model_validate(data)

@@ -104,7 +104,7 @@ def compress_scope(ctx: Clients, tenant_id: str, task_id: str, now: datetime) ->
                 result = compress_group(
                     part,
                     level,
-                    ctx.llm,
+                    ctx.llm_for(tenant_id),
                     version=plan.version,
                     annotate_only=annotate_only,
                     policy=DEFAULT_LEVELS,
@@ -167,7 +167,10 @@ def compress_step(ctx: Clients, run_id: uuid.UUID, clock: datetime) -> StepOutco
 
 
 def _task_summary(
-    ctx: Clients, rows: list[dict[str, Any]], health: dict[uuid.UUID, CompressionHealth]
+    ctx: Clients,
+    tenant_id: str,
+    rows: list[dict[str, Any]],
+    health: dict[uuid.UUID, CompressionHealth],
 ) -> CompressionResult:
     """The L3 summary of ``rows``: one version past its parents' worst failure count,
     annotate-only when a parent resists this compressor (as every level's retry)."""
@@ -176,7 +179,7 @@ def _task_summary(
     return compress_group(
         sources,
         Level.L3,
-        ctx.llm,
+        ctx.llm_for(tenant_id),
         version=plan.version,
         annotate_only=plan.annotate_only,
         policy=DEFAULT_LEVELS,
@@ -205,7 +208,7 @@ def retry_task_summary(ctx: Clients, tenant_id: str, task_id: str, now: datetime
         if not rows:
             return stats
         health = load_health(conn, [r["id"] for r in rows])
-    result = _task_summary(ctx, rows, health)
+    result = _task_summary(ctx, tenant_id, rows, health)
     try:
         with ctx.pool.connection() as conn:
             created = insert_summary(conn, result.draft, rows)
@@ -245,7 +248,7 @@ def complete_task(ctx: Clients, tenant_id: str, task_id: str, now: datetime) -> 
         health = load_health(conn, [r["id"] for r in rows])
     if not rows:
         return {"created": False, "sources": 0}
-    result = _task_summary(ctx, rows, health)
+    result = _task_summary(ctx, tenant_id, rows, health)
     with ctx.pool.connection() as conn:
         created = insert_summary(conn, result.draft, rows)
     if created:

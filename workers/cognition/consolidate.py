@@ -54,7 +54,7 @@ def consolidate_tenant(
                 conn, tenant_id, since, CONSOLIDATE_MAX_ROWS
             )
         memories = [m for m in memories if m.timestamp <= run.clock]
-        plan = consolidate(memories, existing, ctx.embedder, run.clock, ctx.llm)
+        plan = consolidate(memories, existing, ctx.embedder, run.clock, ctx.llm_for(tenant_id))
         waiting = [(w.kind.value, w.statement, w.source_ids, w.reason) for w in plan.episodic_only]
         with ctx.pool.connection() as conn:
             counts = apply_knowledge(conn, tenant_id, plan.changes, waiting, ctx.embedder.version)

@@ -116,7 +116,7 @@ def link_memories(ctx: Clients, memory_ids: Sequence[uuid.UUID]) -> dict[str, An
         # causal edge must not (tests/integration/test_causal_chains.py).
         candidates = [c for c in older if c.id != memory.id]
         if candidates:
-            llm = ctx.llm
+            llm = ctx.llm_for(memory.tenant_id)
             batch, _, _ = ask_with_fallback(
                 lambda: llm.propose_causal(memory, candidates),  # noqa: B023
                 lambda: propose_causal_offline(memory, candidates),  # noqa: B023
@@ -133,7 +133,7 @@ def link_memories(ctx: Clients, memory_ids: Sequence[uuid.UUID]) -> dict[str, An
         live = [c for c in older if c.status == MemoryStatus.STORED]
         found = contradicted(memory, live)
         if found and ctx.settings.llm_is_remote:
-            found = confirm(ctx.llm, memory, live, found)
+            found = confirm(ctx.llm_for(memory.tenant_id), memory, live, found)
         if found:
             with ctx.pool.connection() as conn:
                 applied = apply_supersessions(conn, found)

@@ -47,7 +47,7 @@ class ScrapeCollector:
         self._reader.close()
 
     def collect(self) -> Iterator[Any]:
-        from prometheus_client.core import GaugeMetricFamily
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         with self._lock:  # one scrape at a time shares the reader's connection
             figures = self._reader.read(ping_workers=self.ping_workers)
@@ -107,6 +107,25 @@ class ScrapeCollector:
             for kind, ratio in sorted(figures.drift().items()):
                 drift.add_metric([kind], ratio)
             out += [points, drift]
+        if figures.llm_usage is not None:
+            # Read from the ledger's totals, which only grow: a counter that survives every
+            # restart and counts every process's calls (each endpoint exports the same sums).
+            tokens = CounterMetricFamily(
+                "memharness_llm_tokens",
+                "Tokens of LLM calls by kind (prompt, completion, cached: the part of prompt "
+                "served from the provider's cache, reasoning: the part of completion), tenant "
+                "and call.",
+                labels=["kind", "tenant", "call"],
+            )
+            calls = CounterMetricFamily(
+                "memharness_llm_calls", "LLM calls answered, by tenant and call.",
+                labels=["tenant", "call"],
+            )  # fmt: skip
+            for row in figures.llm_usage:
+                for kind, n in row.usage.by_kind().items():
+                    tokens.add_metric([kind, row.tenant_id, row.call], n)
+                calls.add_metric([row.tenant_id, row.call], row.usage.calls)
+            out += [tokens, calls]
         if figures.redis_error is None:
             depth = gauge("memharness_queue_depth", "Messages waiting per Celery queue.", ["queue"])
             for queue, n in sorted(figures.queue_depth.items()):

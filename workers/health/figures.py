@@ -15,6 +15,7 @@ import redis
 
 from config import Settings
 from pipelines.health.signals import drift_ratio, reason_class
+from workers.ledger import LedgerRow, read_totals
 from workers.queues import CeleryQueue
 
 log = logging.getLogger(__name__)
@@ -82,6 +83,7 @@ class Figures:
     index_points: dict[str, int] | None = None
     index_rows: dict[str, int] | None = None
     queue_depth: dict[str, int] = field(default_factory=dict)
+    llm_usage: list[LedgerRow] | None = None
     workers_up: int | None = None
     postgres_error: str | None = None
     redis_error: str | None = None
@@ -170,6 +172,7 @@ class FigureReader:
             ("memories", self._memories),
             ("compression", self._compression),
             ("golden runs", self._golden),
+            ("llm ledger", self._ledger),
         )
         for what, step in steps:
             if figures.postgres_error is not None:
@@ -222,6 +225,9 @@ class FigureReader:
         if row is not None:
             figures.index_points = {str(k): int(v) for k, v in (row[0] or {}).items()}
             figures.index_rows = {str(k): int(v) for k, v in (row[1] or {}).items()}
+
+    def _ledger(self, conn: psycopg.Connection[Any], figures: Figures) -> None:
+        figures.llm_usage = read_totals(conn)
 
     def _read_redis(self, figures: Figures) -> None:
         try:

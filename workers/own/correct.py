@@ -512,7 +512,7 @@ def replace_retired(
             correcting_ids=tuple(row["correcting"]),
         )
         memories = [row_to_memory(r) for r in fetch_rows(conn, item.correcting_ids).values()]
-        llm = ctx.llm
+        llm = ctx.llm_for(item.tenant_id)
         batch, _, _ = ask_with_fallback(
             lambda: llm.extract_knowledge(memories),  # noqa: B023
             lambda: OfflineKnowledge().extract_knowledge(memories),  # noqa: B023

@@ -304,7 +304,7 @@ def restate_knowledge(
         kind, content, source_ids, conditions = row
         memories = [row_to_memory(r) for r in fetch_rows(conn, source_ids).values()]
         memories = [m for m in memories if m.status.value in ("stored", "corrected")]
-        llm = ctx.llm
+        llm = ctx.llm_for(tenant_id)
         batch, _, _ = ask_with_fallback(
             lambda: llm.extract_knowledge(memories),  # noqa: B023
             lambda: OfflineKnowledge().extract_knowledge(memories),  # noqa: B023

@@ -51,7 +51,11 @@ def assemble_for(
         # answers the window's reads meanwhile.
         window_started = perf_counter()
         window = clients.working_memory.advance(
-            call.tenant_id, request.task_id, call.session_id, clients.llm, clients.counter
+            call.tenant_id,
+            request.task_id,
+            call.session_id,
+            clients.llm_for(call.tenant_id),
+            clients.counter,
         )
         if timings is not None:
             timings["window"] = perf_counter() - window_started
@@ -74,7 +78,7 @@ def assemble_for(
     # Episodes and the tenant's knowledge, on one pipelined connection.
     store = KnowledgeRecall(clients.pool, versions_from_rows=versions_from_rows(clients.pool))
     # Offline, the pipeline's rules see more than the port's would (local scores, feedback).
-    remote = clients.llm if clients.settings.llm_is_remote else None
+    remote = clients.llm_for(call.tenant_id) if clients.settings.llm_is_remote else None
     # The dense search fuses in the step's context (phase and focus), so the focus is decided
     # here first and handed to build_context (one decision, one LLM call).
     focus = decide_focus(request.query, phase=request.phase, focus=request.focus, llm=remote)

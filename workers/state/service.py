@@ -23,12 +23,12 @@ from datetime import UTC, datetime
 from psycopg_pool import ConnectionPool
 
 from pipelines.errors import CheckpointFormatError, InvalidInput, LLMError
-from pipelines.ports import LLM
 from pipelines.records import check_id
 from pipelines.state.calibration import ResumeCalibration, apply_calibration, offline_calibration
 from pipelines.state.codec import decode_checkpoint, new_checkpoint
 from pipelines.state.migrations import FORMAT_VERSION
 from pipelines.state.models import TaskCheckpoint, TaskState, WorkingMemory
+from workers.ledger import BillableLLM
 from workers.state.sql import (
     StoredCheckpoint,
     fetch_by_id,
@@ -107,7 +107,7 @@ class CheckpointService:
     def __init__(
         self,
         pool: ConnectionPool,
-        llm: LLM,
+        llm: BillableLLM,
         *,
         keep_last: int = DEFAULT_KEEP_LAST,
         clock: Callable[[], datetime] = _utc_now,
@@ -246,7 +246,8 @@ class CheckpointService:
         self, checkpoint: TaskCheckpoint, elapsed_s: float
     ) -> tuple[ResumeCalibration, str]:
         try:
-            verdict = self._llm.calibrate_resume(checkpoint, elapsed_s)
+            llm = self._llm.billed_to(checkpoint.tenant_id)
+            verdict = llm.calibrate_resume(checkpoint, elapsed_s)
         except LLMError as exc:
             # A resume must not wait for the model: the rules are a safe answer.
             log.warning(

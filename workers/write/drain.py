@@ -111,11 +111,12 @@ def drain_writes(ctx: Clients) -> DrainReport:
 
 
 def _decide(
-    ctx: Clients, job: ClaimedJob, content: str, type_hint: MemoryType | None
+    ctx: Clients, job: ClaimedJob, row: dict[str, Any], type_hint: MemoryType | None
 ) -> tuple[WriteOutcome, str | None]:
     """Tier 2/3 with the configured LLM; on the last attempt, the fallback policy."""
+    content: str = row["content"]
     try:
-        outcome = decide_write(content, type_hint, ctx.llm)
+        outcome = decide_write(content, type_hint, ctx.llm_for(row["tenant_id"]))
     except TransientLLMError as exc:
         if job.attempts < ctx.settings.job_max_attempts or ctx.settings.llm_fallback != "offline":
             raise
@@ -129,15 +130,16 @@ def _decide(
     return outcome, None
 
 
-def _summarise(ctx: Clients, job: ClaimedJob, content: str, fell_back: bool) -> str:
+def _summarise(ctx: Clients, job: ClaimedJob, row: dict[str, Any], fell_back: bool) -> str:
     """The model's summary; the extractive one when the model refused, or when it is
     unavailable on the last attempt under the offline fallback (as ``_decide`` does)."""
+    content: str = row["content"]
     if not needs_summary(content):
         return content
     if fell_back:  # the model just failed every attempt: don't wait on it once more
         return OfflineLLM().summarize(content, SUMMARY_MAX_WORDS)
     try:
-        return ctx.llm.summarize(content, SUMMARY_MAX_WORDS)
+        return ctx.llm_for(row["tenant_id"]).summarize(content, SUMMARY_MAX_WORDS)
     except TransientLLMError:
         if job.attempts < ctx.settings.job_max_attempts or ctx.settings.llm_fallback != "offline":
             raise
@@ -177,10 +179,10 @@ def process_batch(ctx: Clients, jobs: list[ClaimedJob], report: DrainReport) -> 
             continue
         type_hint = MemoryType(row["type"]) if row["type"] else None
         try:
-            outcome, fallback_note = _decide(ctx, job, row["content"], type_hint)
+            outcome, fallback_note = _decide(ctx, job, row, type_hint)
             count_decision(outcome.verdicts)
             fell_back = fallback_note is not None
-            summary = _summarise(ctx, job, row["content"], fell_back) if outcome.keep else ""
+            summary = _summarise(ctx, job, row, fell_back) if outcome.keep else ""
         except TransientLLMError as exc:
             if job.attempts >= settings.job_max_attempts:
                 reason = f"LLM unavailable after {job.attempts} attempts: {exc}"

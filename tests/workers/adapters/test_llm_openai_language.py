@@ -5,6 +5,7 @@ and come back in Chinese with their identifiers as written."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -105,10 +106,20 @@ def test_the_rewrite_prompt_keeps_the_question_language_and_identifiers() -> Non
     assert "identifier" in REWRITE_PROMPT and "verbatim" in REWRITE_PROMPT
 
 
-def test_the_summary_prompt_still_formats_its_budget() -> None:
-    prompt = SUMMARY_PROMPT.format(max_words=42)
-    assert "in at most\n42 words" in prompt and '{"summary": "..."}' in prompt
-    assert prompt.endswith(LANGUAGE_RULE)
+def test_the_summary_budget_travels_with_the_content_after_a_fixed_prompt(
+    llm: LLM, stub: OpenAIStub
+) -> None:
+    # The word budget varies by caller (the window's chunks): in the system message it would
+    # break the prefix a context cache serves, so it goes in the user message.
+    assert (
+        "in at most\nmax_words words" in SUMMARY_PROMPT and '{"summary": "..."}' in SUMMARY_PROMPT
+    )
+    assert SUMMARY_PROMPT.endswith(LANGUAGE_RULE)
+    llm.summarize("Dana decided to ship the billing rewrite on Friday after the audit.", 42)
+    [request] = [r for r in stub.stats()["requests"] if r["endpoint"] == "chat"]
+    system, user = (m["content"] for m in request["messages"])
+    assert system == SUMMARY_PROMPT
+    assert json.loads(user)["max_words"] == 42
 
 
 def test_a_chinese_group_compresses_through_the_model_in_chinese(
