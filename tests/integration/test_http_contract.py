@@ -17,6 +17,7 @@ import pytest
 
 from tests.integration.test_http_api import (
     ENDPOINTS,
+    TASK,
     Server,
     assert_refused,
     key_for,
@@ -202,3 +203,33 @@ def test_the_openapi_declares_the_contract_answers(api: Server) -> None:
             declared = set(operation["responses"])
             assert {"401", "422", "503"} <= declared, (method, path, sorted(declared))
     assert json.dumps(spec)  # the document itself is JSON
+
+
+def test_a_stored_row_no_datetime_can_hold_breaks_no_read_of_its_tenant(
+    api: Server, db: Any
+) -> None:
+    # given a stored memory and a row beside it holding year 10000 (written by hand)
+    import uuid
+
+    from pipelines.records import content_hash
+
+    with session(api, key_for(db)) as client:
+        good = client.post("/v1/memories", json=memory("We bill in cents.")).json()["memory_id"]
+        bad = uuid.uuid4()
+        db.execute(
+            "INSERT INTO memories (id, tenant_id, task_id, session_id, ts, content, content_hash,"
+            " status) VALUES (%s, 'acme', %s, 's-1', '10000-01-01 11:59:59+00', 'Odd row.', %s,"
+            " 'stored')",
+            (bad, TASK, content_hash("Odd row.")),
+        )
+
+        # then listing (tombstones too), get and export answer, with both rows
+        listed = client.get("/v1/memories", params={"status": "any"})
+        assert listed.status_code == 200, listed.text
+        assert {good, str(bad)} <= {item["id"] for item in listed.json()["items"]}
+        got = client.get(f"/v1/memories/{bad}")
+        assert got.status_code == 200 and got.json()["timestamp"].startswith("9999-12-31")
+        with client.stream("GET", "/v1/export") as streamed:
+            lines = [json.loads(line) for line in streamed.iter_lines() if line]
+        assert lines[-1]["kind"] == "end"  # the stream was not cut off at the header
+        assert {good, str(bad)} <= {line["id"] for line in lines if line["kind"] == "memory"}
