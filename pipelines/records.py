@@ -15,9 +15,9 @@ import re
 import uuid
 from datetime import UTC, datetime
 from enum import IntEnum, StrEnum
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, field_validator
 
 from pipelines.errors import InvalidInput
 
@@ -155,14 +155,44 @@ def check_enum(field: str, value: object, enum: type[E]) -> E:
     raise InvalidInput(field, f"unknown value {value!r}; expected one of: {allowed}")
 
 
+# The instants every store can hold and give back: PostgreSQL's timestamptz reaches from
+# 4713 BC to 294276 AD, but a value must also load into a Python datetime (years 1-9999 in
+# UTC, which is how the column keeps it), or every read of its row fails.
+INSTANT_RANGE = "0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999999Z"
+
+
+def check_instant(field: str, value: datetime) -> datetime:
+    """``value`` if it is timezone-aware and has a UTC equivalent a datetime can hold:
+    ``9999-12-31T23:59:59-12:00`` is year 10000 in UTC, which PostgreSQL would store and no
+    read could load."""
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise InvalidInput(field, "must be timezone-aware (naive datetimes are ambiguous)")
+    try:
+        value.astimezone(UTC)
+    except OverflowError:
+        raise InvalidInput(
+            field, f"is outside {INSTANT_RANGE} once converted to UTC", INSTANT_RANGE
+        ) from None
+    return value
+
+
+def _utc_representable(value: datetime) -> datetime:
+    try:
+        return check_instant("value", value)
+    except InvalidInput as exc:
+        raise ValueError(exc.message) from None
+
+
+# A field of a record that comes from outside (an import line): what ``check_instant`` allows.
+Instant = Annotated[AwareDatetime, AfterValidator(_utc_representable)]
+
+
 def check_timestamp(value: object) -> datetime:
     if value is None:
         return datetime.now(UTC)
     if not isinstance(value, datetime):
         raise InvalidInput("timestamp", f"must be a datetime, got {type(value).__name__}")
-    if value.tzinfo is None or value.utcoffset() is None:
-        raise InvalidInput("timestamp", "must be timezone-aware (naive datetimes are ambiguous)")
-    return value
+    return check_instant("timestamp", value)
 
 
 class Scope(BaseModel):

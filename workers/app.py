@@ -80,8 +80,11 @@ def celery_config(settings: Settings) -> dict[str, object]:
 
 def create_app(settings: Settings | None = None) -> Celery:
     from schedules.declarations import beat_schedule
+    from workers.logs import hide_task_results
 
     settings = settings or get_settings()
+    # Task results (recall answers, contexts) are memory content: never in the worker log.
+    hide_task_results()
     app = Celery("memharness", set_as_current=True)
     app.conf.update(celery_config(settings))
     app.conf.beat_schedule = beat_schedule(settings)

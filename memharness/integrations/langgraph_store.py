@@ -38,6 +38,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import math
 import threading
 import uuid
 from collections.abc import Iterable, Sequence
@@ -517,11 +518,20 @@ def _check_value(value: object) -> dict[str, Any]:
     return value
 
 
+# A century of minutes: ``now + ttl`` stays far inside PostgreSQL's interval and timestamptz
+# ranges (an infinite or 1e12-minute ttl made the INSERT fail with "interval out of range").
+TTL_MAX_MINUTES = 100 * 365 * 24 * 60
+
+
 def _check_ttl(ttl: object) -> float | None:
     if ttl is None:
         return None
     if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not ttl > 0:
         raise InvalidInput("ttl", f"must be a positive number of minutes, got {ttl!r}")
+    if not math.isfinite(ttl) or ttl > TTL_MAX_MINUTES:
+        raise InvalidInput(
+            "ttl", f"must be at most {TTL_MAX_MINUTES} minutes, got {ttl!r}", str(TTL_MAX_MINUTES)
+        )
     return float(ttl)
 
 

@@ -17,16 +17,21 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from psycopg_pool import AsyncConnectionPool
+from starlette.exceptions import HTTPException
 
 from config import Settings, get_settings
 from memharness.server.access import ApiError
 from memharness.server.auth import KeyResolver, stop_toucher
 from memharness.server.errors import (
+    UNAVAILABLE,
     body,
     conflict_body,
     first_error,
     invalid_body,
     not_found_body,
+    unavailable_body,
+    unavailable_cause,
+    unavailable_headers,
 )
 from memharness.server.gate import BodyTooLarge, Gate, too_large_body
 from memharness.server.ratelimit import RateLimiter
@@ -38,14 +43,19 @@ log = logging.getLogger(__name__)
 
 DESCRIPTION = """Memory and task state for agents, over HTTP. Every `/v1/` call needs an API
 key (`Authorization: Bearer mh_...`, made with `memharness keys create`); the key names the
-tenant, so no body needs one. Errors are `{"error", "field", "message", "limit"}`."""
+tenant, so no body needs one; a key in the URL (`?api_key=`) is refused. Every error is
+`{"error", "field", "message", "limit"}`; a query parameter a route does not declare, a body
+that is not strict JSON (invalid UTF-8, too deep, NaN, a key twice) is a 422 naming it;
+PostgreSQL or Redis unreachable is a 503 with `Retry-After`."""
 
 
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     from memharness.aio import AsyncMemoryClient
     from memharness.client import MemoryClient
+    from memharness.server.logs import redact_access_log
 
+    redact_access_log()
     runtime: Runtime = app.state.runtime
     settings = runtime.settings
     runtime.key_pool = AsyncConnectionPool(
@@ -130,13 +140,43 @@ def add_error_handlers(app: FastAPI) -> None:
         # A JSON body nested past the parser's own limit never reaches a check of ours.
         return reply(422, body("invalid_input", "body", "nests too deeply to be parsed"))
 
-    @app.exception_handler(404)
-    async def _no_route(request: Request, exc: Exception) -> JSONResponse:
-        return reply(404, body("not_found", "path", f"no route {request.url.path}"))
+    @app.exception_handler(HTTPException)
+    async def _http(request: Request, exc: HTTPException) -> JSONResponse:
+        # Starlette's and FastAPI's own refusals, in the one shape, their headers kept (a 405
+        # says what is allowed in ``Allow``).
+        headers = dict(exc.headers or {})
+        if exc.status_code == 404:
+            payload = body("not_found", "path", f"no route {request.url.path}")
+        elif exc.status_code == 405:
+            allowed = headers.get("Allow", "")
+            payload = body(
+                "method_not_allowed", "method", f"{request.method} is not allowed; use {allowed}"
+            )
+        elif exc.status_code == 400:
+            # FastAPI's "error parsing the body": the contract names the body, under 422.
+            return JSONResponse(
+                body("invalid_input", "body", "could not be parsed as JSON"), 422, headers
+            )
+        else:
+            payload = body("http_error", None, str(exc.detail))
+        return JSONResponse(payload, exc.status_code, headers)
 
-    @app.exception_handler(405)
-    async def _no_method(request: Request, exc: Exception) -> JSONResponse:
-        return reply(405, body("method_not_allowed", "method", f"{request.method} is not allowed"))
+    async def _unavailable(_: Request, exc: Exception) -> JSONResponse:
+        return JSONResponse(unavailable_body(exc), 503, unavailable_headers())
+
+    for kind in UNAVAILABLE:
+        app.add_exception_handler(kind, _unavailable)
+
+    @app.exception_handler(RuntimeError)
+    async def _wrapped(request: Request, exc: RuntimeError) -> JSONResponse:
+        # Celery's result backend turns a refused Redis connection into a bare RuntimeError
+        # ("Retry limit exceeded ..."): still an unreachable service, still a 503.
+        cause = unavailable_cause(exc)
+        if cause is None:
+            raise exc
+        log.warning("%s %s: a service is unreachable (%s)", request.method, request.url.path,
+                    type(cause).__name__)  # fmt: skip
+        return JSONResponse(unavailable_body(cause), 503, unavailable_headers())
 
     @app.exception_handler(Exception)
     async def _internal(request: Request, exc: Exception) -> JSONResponse:

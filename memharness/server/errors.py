@@ -10,6 +10,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import psycopg
+import redis
+from kombu.exceptions import OperationalError as BrokerUnavailable
 from pydantic import ValidationError
 
 from pipelines.errors import Conflict, InvalidInput, NotFound
@@ -20,8 +23,48 @@ log = logging.getLogger(__name__)
 _LIMIT_KEYS = ("max_length", "min_length", "le", "lt", "ge", "gt", "limit_value", "expected")
 
 
+# A backing service the request needs did not answer: PostgreSQL (psycopg's OperationalError,
+# the pools' PoolTimeout among them), Redis as cache or rate limiter, Redis as the broker.
+UNAVAILABLE: tuple[type[Exception], ...] = (
+    psycopg.OperationalError,
+    redis.ConnectionError,
+    redis.TimeoutError,
+    BrokerUnavailable,
+)
+# A restarted PostgreSQL or Redis answers within seconds, and every pool reconnects on its
+# next call: a client that waits this long asks a server that can answer again.
+RETRY_AFTER_S = 5
+
+
 def body(error: str, field: str | None, message: str, limit: str | None = None) -> dict[str, Any]:
     return {"error": error, "field": field, "message": message, "limit": limit}
+
+
+def unavailable_body(exc: BaseException) -> dict[str, Any]:
+    """503's body: which service did not answer, never what the request carried."""
+    service = "PostgreSQL" if isinstance(exc, psycopg.Error) else "Redis"
+    return body(
+        "unavailable",
+        None,
+        f"{service} is unreachable ({type(exc).__name__}); retry after {RETRY_AFTER_S} s",
+    )
+
+
+def unavailable_cause(exc: BaseException) -> BaseException | None:
+    """The unreachable service behind ``exc``, if any: Celery's result backend, for one, wraps
+    a refused Redis connection in a bare ``RuntimeError`` ("Retry limit exceeded")."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, UNAVAILABLE):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def unavailable_headers() -> dict[str, str]:
+    return {"Retry-After": str(RETRY_AFTER_S)}
 
 
 def invalid_body(exc: InvalidInput) -> dict[str, Any]:

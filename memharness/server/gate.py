@@ -1,8 +1,10 @@
 """The door of ``/v1/``: a pure ASGI middleware (no per-request task or body copy) that
-refuses, before any body is read or parsed, a request without a live key (401), over its
-key's rate (429 with Retry-After) or declaring a body over ``api_max_body_bytes`` (413). A
-chunked body is counted as it is read and refused the same way once it passes the limit.
-The key's row goes into the request's state for the routes' scope checks.
+refuses, before any body is read or parsed, a request carrying a key in its URL (401: a URL
+is written to access logs, proxies and browser histories, so keys go in headers only),
+without a live key (401), over its key's rate (429 with Retry-After) or declaring a body over
+``api_max_body_bytes`` (413). A chunked body is counted as it is read and refused the same
+way once it passes the limit. PostgreSQL (the keys) or Redis (the rate) unreachable is a 503
+with Retry-After. The key's row goes into the request's state for the routes' scope checks.
 """
 
 from __future__ import annotations
@@ -10,9 +12,10 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl
 
 from memharness.server.auth import presented_key
-from memharness.server.errors import body
+from memharness.server.errors import UNAVAILABLE, body, unavailable_body, unavailable_headers
 
 if TYPE_CHECKING:
     from memharness.server.runtime import Runtime
@@ -24,6 +27,16 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 PROTECTED = "/v1/"
+# Query parameters that would carry a key: refused on every route, and blanked in the log.
+SECRET_PARAMS = frozenset({"api_key", "apikey", "api-key", "key", "access_token", "token"})
+
+
+def secret_param(query_string: bytes) -> str | None:
+    """The first query parameter of ``query_string`` that names a credential, if any."""
+    for name, _ in parse_qsl(query_string.decode("latin-1"), keep_blank_values=True):
+        if name.lower() in SECRET_PARAMS:
+            return name
+    return None
 
 
 class BodyTooLarge(Exception):
@@ -64,8 +77,26 @@ class Gate:
             await self.app(scope, receive, send)
             return
         runtime = self.runtime
+        named = secret_param(scope.get("query_string", b""))
+        if named is not None:
+            await respond(
+                send,
+                401,
+                body(
+                    "unauthorized",
+                    named[:60],
+                    "an API key is never accepted in the URL (it would be logged): send it in a "
+                    "header (Authorization: Bearer mh_... or X-API-Key), and revoke this one",
+                ),
+                [(b"www-authenticate", b'Bearer realm="memharness"')],
+            )
+            return
         text = presented_key(scope["headers"])
-        record = await runtime.resolver.resolve(text) if text else None
+        try:
+            record = await runtime.resolver.resolve(text) if text else None
+        except UNAVAILABLE as exc:
+            await _unavailable(send, exc)
+            return
         if record is None:
             await respond(
                 send,
@@ -78,7 +109,11 @@ class Gate:
                 [(b"www-authenticate", b'Bearer realm="memharness"')],
             )
             return
-        verdict = await runtime.limiter.take(str(record.id))
+        try:
+            verdict = await runtime.limiter.take(str(record.id))
+        except UNAVAILABLE as exc:
+            await _unavailable(send, exc)
+            return
         if not verdict.allowed:
             await respond(
                 send,
@@ -104,6 +139,11 @@ class Gate:
                     return
         scope.setdefault("state", {})["key"] = record
         await _with_counted_body(self.app, scope, receive, send, limit)
+
+
+async def _unavailable(send: Send, exc: BaseException) -> None:
+    headers = [(k.lower().encode(), v.encode()) for k, v in unavailable_headers().items()]
+    await respond(send, 503, unavailable_body(exc), headers)
 
 
 async def _with_counted_body(

@@ -27,7 +27,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
-    AwareDatetime,
     BaseModel,
     ConfigDict,
     Field,
@@ -38,7 +37,7 @@ from pydantic import (
 )
 
 from pipelines.errors import InvalidInput
-from pipelines.records import MemoryStatus, MemoryType, Modality, check_id
+from pipelines.records import Instant, MemoryStatus, MemoryType, Modality, check_id
 
 SCHEMA = "memharness.export/1"
 # The order of the sections; a line of an earlier kind after a later one is refused.
@@ -73,7 +72,7 @@ class HeaderLine(_Line):
     # ``schema`` is a BaseModel attribute: the field is named apart and written as "schema".
     schema_id: str = Field(alias="schema")
     tenant_id: str
-    exported_at: AwareDatetime
+    exported_at: Instant
     embedding_version: str | None = None
 
     @field_validator("schema_id")
@@ -97,14 +96,14 @@ class MemoryLine(_Line):
     agent_id: ScopeId | None = None
     task_id: ScopeId
     session_id: ScopeId
-    ts: AwareDatetime
+    ts: Instant
     type: MemoryType | None = None
     content: Text
     summary: Text | None = None
     idempotency_key: Text | None = None
     importance: float = Field(0.5, ge=0.0, le=1.0)
     access_count: int = Field(0, ge=0)
-    last_accessed_at: AwareDatetime | None = None
+    last_accessed_at: Instant | None = None
     related_ids: list[uuid.UUID] = Field(default_factory=list)
     decay_factor: float = Field(1.0, ge=0.0, le=1.0)
     level: int = Field(0, ge=0, le=4)
@@ -118,10 +117,10 @@ class MemoryLine(_Line):
     supersedes: uuid.UUID | None = None
     corrected_by: uuid.UUID | None = None
     change_reason: Text | None = None
-    forgotten_at: AwareDatetime | None = None
-    linked_at: AwareDatetime | None = None
-    created_at: AwareDatetime
-    updated_at: AwareDatetime
+    forgotten_at: Instant | None = None
+    linked_at: Instant | None = None
+    created_at: Instant
+    updated_at: Instant
 
     @model_validator(mode="after")
     def _tombstone(self) -> MemoryLine:
@@ -140,7 +139,7 @@ class LinkLine(_Line):
     link_kind: Literal["entity", "similar", "causal"]
     weight: float = 1.0
     reason: Text = ""
-    created_at: AwareDatetime
+    created_at: Instant
 
 
 class SemanticLine(_Line):
@@ -157,8 +156,8 @@ class SemanticLine(_Line):
     status: Literal["active", "needs_confirmation", "retired"]
     conflicts_with: uuid.UUID | None = None
     reason: Text | None = None
-    created_at: AwareDatetime
-    updated_at: AwareDatetime
+    created_at: Instant
+    updated_at: Instant
 
 
 class EventLine(_Line):
@@ -172,7 +171,7 @@ class EventLine(_Line):
     related_id: uuid.UUID | None = None
     reason: Text | None = None
     actor: Text | None = None
-    at: AwareDatetime
+    at: Instant
     detail: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -184,7 +183,7 @@ class CheckpointLine(_Line):
     id: uuid.UUID
     task_id: ScopeId
     parent_id: uuid.UUID | None = None
-    created_at: AwareDatetime
+    created_at: Instant
     format_version: int = Field(ge=1)
     is_phase_transition: bool = False
     iteration: int = Field(0, ge=0)

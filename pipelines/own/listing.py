@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict
 
 from pipelines.cognition.knowledge import KnowledgeKind
 from pipelines.errors import InvalidInput
-from pipelines.records import MemoryStatus, MemoryType, check_enum, check_id
+from pipelines.records import MemoryStatus, MemoryType, check_enum, check_id, check_instant
 
 LIMIT_MAX = 500
 ANY_STATUS = "any"
@@ -179,7 +179,7 @@ def check_since(since: object) -> datetime | None:
         raise InvalidInput(
             "since", "must be timezone-aware (naive times are ambiguous)", "ISO 8601 with offset"
         )
-    return since
+    return check_instant("since", since)
 
 
 def _statuses(status: object, allowed: tuple[str, ...], default: tuple[str, ...]) -> Any:

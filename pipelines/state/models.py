@@ -27,8 +27,10 @@ from pipelines.records import ID_NAMESPACE
 
 ID_MAX_CHARS = 128
 # Checkpoint records refuse fields they do not know: a layout this code cannot read fails
-# loudly (and a migration lifts it) instead of losing what it held.
-STRICT = ConfigDict(frozen=True, extra="forbid")
+# loudly (and a migration lifts it) instead of losing what it held. Non-finite numbers are
+# refused too: JSON has none, so an infinite ``duration_ms`` (or a NaN in a tool's result)
+# used to be saved as null, and the state resumed was not the state saved.
+STRICT = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
 class NodeStatus(StrEnum):

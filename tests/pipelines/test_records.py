@@ -123,3 +123,21 @@ def test_any_clean_text_round_trips(text: str) -> None:
     assert new.content == text
     assert isinstance(new.id, uuid.UUID)
     assert len(new.content_hash) == 32
+
+
+@pytest.mark.parametrize(
+    "when",
+    [
+        "9999-12-31T23:59:59-12:00",  # year 10000 in UTC: PostgreSQL stores it, no read loads it
+        "0001-01-01T00:00:00+14:00",  # year 0 in UTC
+    ],
+)
+def test_a_timestamp_without_a_utc_datetime_is_refused(when: str) -> None:
+    error = refusal(timestamp=datetime.fromisoformat(when))
+    assert error.field == "timestamp"
+    assert "UTC" in error.message and error.limit is not None
+
+
+def test_the_edges_of_the_utc_range_are_accepted() -> None:
+    for when in ("9999-12-31T23:59:59.999999+00:00", "0001-01-01T00:00:00-00:30"):
+        assert prepare_write("hello", timestamp=datetime.fromisoformat(when), **SCOPE)

@@ -23,13 +23,18 @@ MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 
 def open_pool(settings: Settings, *, name: str = "memharness") -> ConnectionPool:
     """An autocommit pool: each statement of the write path is its own short transaction;
-    code that needs several statements opens ``conn.transaction()`` explicitly."""
+    code that needs several statements opens ``conn.transaction()`` explicitly. Timestamps a
+    datetime cannot hold load clamped (``workers.db.instants``): one such row never fails a
+    read of the rows around it."""
+    from workers.db.instants import clamp_timestamps
+
     pool = ConnectionPool(
         settings.database_url,
         min_size=settings.db_pool_min,
         max_size=settings.db_pool_max,
         kwargs={"autocommit": True, "application_name": name},
         name=name,
+        configure=clamp_timestamps,
         open=False,
     )
     pool.open(wait=True, timeout=15.0)

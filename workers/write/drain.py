@@ -39,7 +39,7 @@ from workers.write.sql import (
     RetryResult,
     StoredResult,
     fetch_memories,
-    finish_batch,
+    finish_batch_isolated,
 )
 from workers.write.wake import DRAIN_FLAG
 
@@ -195,6 +195,14 @@ def process_batch(ctx: Clients, jobs: list[ClaimedJob], report: DrainReport) -> 
             reason = f"LLM refused the request: {type(exc).__name__}: {exc}"
             dead.append(DeadResult(job.job_id, job.memory_id, row["tenant_id"], reason))
             continue
+        except Exception as exc:
+            # Something about this row alone (its content broke a rule of the pipeline): it
+            # is dead-lettered with the reason, and its siblings go on. Retrying the whole
+            # batch would only fail it again, with every other job of it held ``running``.
+            log.exception("memory %s could not be decided", job.memory_id)
+            reason = f"the write decision failed: {type(exc).__name__}: {exc}"[:2000]
+            dead.append(DeadResult(job.job_id, job.memory_id, row["tenant_id"], reason))
+            continue
         if not outcome.keep and row.get("supersedes") is not None:
             # A correction is the user's own word on what holds now: never dropped as noise.
             outcome = outcome.model_copy(
@@ -296,9 +304,16 @@ def process_batch(ctx: Clients, jobs: list[ClaimedJob], report: DrainReport) -> 
             ]
 
     with ctx.pool.connection() as conn:
-        moved_on = finish_batch(
+        moved_on, refused = finish_batch_isolated(
             conn, stored=stored, discarded=discarded, dead=dead, retries=retries, done_job_ids=done
         )
+    if refused:
+        gone = {result.memory_id for result in refused}
+        # A refused stored result's point was upserted above; its row says dead: it must go.
+        moved_on = [*moved_on, *(r.memory_id for r in stored if r.memory_id in gone)]
+        stored = [result for result in stored if result.memory_id not in gone]
+        discarded = [result for result in discarded if result.memory_id not in gone]
+        dead = [*dead, *refused]
     if moved_on:
         # Corrected or forgotten while this batch embedded them: the settle job may already
         # have deleted their points, so delete the ones upserted above.

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import psycopg
 from psycopg import Connection
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
@@ -184,6 +185,11 @@ def _decision_rows(
     ]
 
 
+def _storable(reason: str) -> str:
+    # An error's text may quote a value PostgreSQL text cannot hold; the reason must land.
+    return reason.replace("\x00", "\\0")
+
+
 def finish_batch(
     conn: Connection[Any],
     *,
@@ -230,17 +236,17 @@ def finish_batch(
             cur.executemany(
                 "UPDATE memories SET status = 'dead', status_reason = %s, updated_at = now() "
                 "WHERE id = %s AND status = 'pending'",
-                [(r.reason, r.memory_id) for r in dead],
+                [(_storable(r.reason), r.memory_id) for r in dead],
             )
             cur.executemany(
                 "UPDATE jobs SET status = 'dead', dead_reason = %s, updated_at = now() "
                 "WHERE id = %s AND status = 'running'",
-                [(r.reason, r.job_id) for r in dead],
+                [(_storable(r.reason), r.job_id) for r in dead],
             )
             cur.executemany(
                 INSERT_DECISION,
                 [
-                    (r.memory_id, r.tenant_id, 2, "dead", None, None, r.reason, "worker")
+                    (r.memory_id, r.tenant_id, 2, "dead", None, None, _storable(r.reason), "worker")
                     for r in dead
                 ],
             )
@@ -256,7 +262,7 @@ def finish_batch(
                 "UPDATE jobs SET status = 'pending', last_error = %s, "
                 "lease_until = now() + make_interval(secs => %s), updated_at = now() "
                 "WHERE id = %s AND status = 'running'",
-                [(r.error[:2000], r.backoff_s, r.job_id) for r in retries],
+                [(_storable(r.error[:2000]), r.backoff_s, r.job_id) for r in retries],
             )
         finished = [*done_job_ids, *(r.job_id for r in stored), *(r.job_id for r in discarded)]
         if finished:
@@ -266,6 +272,68 @@ def finish_batch(
                 (finished,),
             )
     return moved_on
+
+
+# A value of one row that PostgreSQL refuses (a NUL in a model's summary, a number outside a
+# CHECK): permanent, and about that row only. OperationalError (the server went away) is not
+# here: the task retries the whole batch.
+ROW_ERRORS: tuple[type[psycopg.Error], ...] = (psycopg.DataError, psycopg.IntegrityError)
+
+
+def _refusal(exc: psycopg.Error) -> str:
+    return f"PostgreSQL refused the result: {type(exc).__name__}: {exc}"[:2000]
+
+
+def finish_batch_isolated(
+    conn: Connection[Any],
+    *,
+    stored: Sequence[StoredResult],
+    discarded: Sequence[DiscardedResult],
+    dead: Sequence[DeadResult],
+    retries: Sequence[RetryResult],
+    done_job_ids: Sequence[int],
+) -> tuple[list[uuid.UUID], list[DeadResult]]:
+    """``finish_batch``, and when PostgreSQL refuses a value of the batch, each result alone:
+    the refused ones are dead-lettered with the reason and the rest finish, so one bad row
+    never leaves its siblings ``pending`` with their jobs ``running``. Returns what
+    ``finish_batch`` returns and the results refused."""
+    try:
+        moved_on = finish_batch(
+            conn,
+            stored=stored,
+            discarded=discarded,
+            dead=dead,
+            retries=retries,
+            done_job_ids=done_job_ids,
+        )
+        return moved_on, []
+    except ROW_ERRORS:
+        pass  # the transaction rolled back: nothing of the batch was applied
+    moved_on = []
+    refused: list[DeadResult] = []
+    for kept in stored:
+        try:
+            moved_on += finish_batch(
+                conn, stored=[kept], discarded=(), dead=(), retries=(), done_job_ids=()
+            )
+        except ROW_ERRORS as exc:
+            refused.append(DeadResult(kept.job_id, kept.memory_id, kept.tenant_id, _refusal(exc)))
+    for dropped in discarded:
+        try:
+            finish_batch(conn, stored=(), discarded=[dropped], dead=(), retries=(), done_job_ids=())
+        except ROW_ERRORS as exc:
+            refused.append(
+                DeadResult(dropped.job_id, dropped.memory_id, dropped.tenant_id, _refusal(exc))
+            )
+    finish_batch(
+        conn,
+        stored=(),
+        discarded=(),
+        dead=[*dead, *refused],
+        retries=retries,
+        done_job_ids=done_job_ids,
+    )
+    return moved_on, refused
 
 
 # -- read side used by the CLI, the demo and the tests -------------------------------------

@@ -14,14 +14,15 @@ from memharness.server.access import Reader, Writer, key_of, own_agent, own_tena
 from memharness.server.errors import from_validation
 from memharness.server.keys import Scope
 from memharness.server.models import BatchBody, ErrorOut, NewMemoryBody, ReceiptOut, ReceiptsOut
+from memharness.server.strict import StrictRoute
 from pipelines.errors import InvalidInput, NotFound
 from pipelines.write.request import check_write_metadata
 from workers.write.plan import WriteReceipt
 
-router = APIRouter(tags=["memories"])
+router = APIRouter(tags=["memories"], route_class=StrictRoute)
 
 ERRORS: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorOut} for status in (401, 403, 413, 422, 429)
+    status: {"model": ErrorOut} for status in (401, 403, 413, 422, 429, 503)
 }
 
 

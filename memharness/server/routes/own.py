@@ -14,11 +14,12 @@ from memharness.server.access import Reader, Writer, forbidden, own_tenant, runt
 from memharness.server.keys import Scope
 from memharness.server.models import CorrectBody, ErrorOut, ForgetBody, UndoBody
 from memharness.server.routes.memories import json_response
+from memharness.server.strict import StrictRoute
 
-router = APIRouter(tags=["ownership"])
+router = APIRouter(tags=["ownership"], route_class=StrictRoute)
 
 ERRORS: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorOut} for status in (401, 403, 404, 409, 413, 422, 429)
+    status: {"model": ErrorOut} for status in (401, 403, 404, 409, 413, 422, 429, 503)
 }
 
 

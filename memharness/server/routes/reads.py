@@ -12,12 +12,13 @@ from memharness.server.access import ApiError, Reader, own_tenant, runtime_of
 from memharness.server.errors import body
 from memharness.server.models import AffectedBody, ContextBody, ErrorOut, RecallBody
 from memharness.server.routes.memories import json_response
+from memharness.server.strict import StrictRoute
 from pipelines.errors import InvalidInput
 
-router = APIRouter(tags=["reads"])
+router = APIRouter(tags=["reads"], route_class=StrictRoute)
 
 ERRORS: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorOut} for status in (401, 403, 413, 422, 429, 504)
+    status: {"model": ErrorOut} for status in (401, 403, 413, 422, 429, 503, 504)
 }
 
 

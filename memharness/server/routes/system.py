@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Request, Response
 
 from memharness.server.access import Reader, runtime_of
+from memharness.server.models import ErrorOut
 from memharness.server.routes.memories import json_response
+from memharness.server.strict import StrictRoute
 
-router = APIRouter(tags=["system"])
+router = APIRouter(tags=["system"], route_class=StrictRoute)
 
 READY_TIMEOUT_S = 2.0
 
@@ -67,7 +71,16 @@ def metrics(request: Request) -> Response:
         collector.close()
 
 
-@router.get("/v1/stats", summary="The key's tenant's write funnel and job states")
+ERRORS: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorOut} for status in (401, 403, 422, 429, 503)
+}
+
+
+@router.get(
+    "/v1/stats",
+    responses=ERRORS,
+    summary="The key's tenant's write funnel and job states",
+)
 def stats(request: Request, key: Reader) -> Response:
     return json_response(
         {"tenant_id": key.tenant_id, **runtime_of(request).client.stats(key.tenant_id)}

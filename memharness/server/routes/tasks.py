@@ -15,14 +15,15 @@ from memharness.server.access import ApiError, Reader, Writer, own_tenant, runti
 from memharness.server.errors import body, from_validation
 from memharness.server.models import Body, CheckpointBody, ErrorOut
 from memharness.server.routes.memories import json_response
+from memharness.server.strict import StrictRoute
 from pipelines.errors import CheckpointFormatError, InvalidInput, NotFound
 from pipelines.records import check_id
 from pipelines.state.models import TaskState
 
-router = APIRouter(tags=["tasks"])
+router = APIRouter(tags=["tasks"], route_class=StrictRoute)
 
 ERRORS: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorOut} for status in (401, 403, 404, 409, 413, 422, 429)
+    status: {"model": ErrorOut} for status in (401, 403, 404, 409, 413, 422, 429, 503)
 }
 
 

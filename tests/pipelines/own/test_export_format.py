@@ -102,6 +102,8 @@ def test_a_malformed_line_is_named_by_its_number_and_field() -> None:
     good = json.loads(dump_line(memory()))
     cases = {
         "line 17: memory.ts": {**good, "ts": "2026-11-03T09:30:01"},  # naive
+        # year 10000 in UTC: PostgreSQL would store it and no read could load it back
+        "line 17: memory.created_at": {**good, "created_at": "9999-12-31T23:59:59-12:00"},
         "line 17: memory.importance": {**good, "importance": 1.5},
         "line 17: memory.task_id": {**good, "task_id": "has space"},
         "line 17: memory.surprise": {**good, "surprise": 1},

@@ -844,3 +844,20 @@ def test_a_verdict_must_be_consistent_and_name_known_actions() -> None:
     )
     with pytest.raises(ValueError, match="unknown pending action 'nope'"):
         apply_calibration(small_checkpoint(), unknown)
+
+
+@pytest.mark.parametrize(
+    "tool_call",
+    [
+        {"call_id": "c1", "tool": "run", "duration_ms": float("inf")},
+        {"call_id": "c1", "tool": "run", "result": {"score": float("nan")}},
+        {"call_id": "c1", "tool": "run", "arguments": {"n": [float("-inf")]}},
+    ],
+)
+def test_a_non_finite_number_is_refused_not_saved_as_null(tool_call: dict[str, Any]) -> None:
+    # JSON has no infinity: it used to be written as null, so resume gave another state
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError) as caught:
+        TaskState.model_validate({"last_tool_calls": [tool_call]})
+    assert "finite" in str(caught.value)

@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from pipelines.errors import InvalidInput
-from pipelines.records import content_hash
+from pipelines.records import INSTANT_RANGE, content_hash
 
 T0 = datetime(2026, 11, 1, 8, 0, tzinfo=UTC)
 
@@ -130,6 +130,7 @@ def test_bad_filters_name_the_field_and_limit(client, store) -> None:  # type: i
         ({"level": 5}, "level", "0-4"),
         ({"since": "yesterday"}, "since", "ISO 8601 with offset"),
         ({"since": "2026-11-01T08:00:00"}, "since", "ISO 8601 with offset"),
+        ({"since": "9999-12-31T23:59:59-12:00"}, "since", INSTANT_RANGE),
         ({"task_id": "no spaces allowed"}, "task_id", "128 chars"),
     ]
     for filters, field, limit in cases:
@@ -181,3 +182,26 @@ def test_the_cli_lists_a_page_as_json(store, capsys) -> None:  # type: ignore[no
     assert "limit" in capsys.readouterr().err
     assert main(["list-semantic", "--tenant", "acme", "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == {"items": [], "next_cursor": None}
+
+
+@pytest.mark.parametrize("stored_ts", ["10000-01-01 11:59:59+00", "infinity", "-infinity"])
+def test_a_row_with_an_instant_no_datetime_holds_is_still_listed_got_and_exported(
+    client, db, store, stored_ts: str
+) -> None:  # type: ignore[no-untyped-def]
+    # given a row whose timestamp PostgreSQL holds and a Python datetime cannot
+    db.execute("UPDATE memories SET ts = %s::timestamptz WHERE id = %s", (stored_ts, store["m3"]))
+
+    # when the tenant is listed (tombstones too), the row is got and the tenant exported
+    listed = client.list_memories("acme", status="any", limit=500)
+    got = client.get(store["m3"], tenant_id="acme")
+    exported = [json.loads(line) for chunk in client.export_chunks("acme")
+                for line in chunk.splitlines() if line]  # fmt: skip
+
+    # then each answers, the row at the nearest instant a datetime holds, its siblings intact
+    edge = datetime.max if not stored_ts.startswith("-") else datetime.min
+    assert got is not None and got.timestamp == edge.replace(tzinfo=UTC)
+    assert store["m3"] in {item.id for item in listed.items}
+    assert len(listed.items) == 10  # every acme row of the fixture
+    memories = [line for line in exported if line["kind"] == "memory"]
+    assert str(store["m3"]) in {line["id"] for line in memories} and len(memories) == 10
+    assert exported[-1]["kind"] == "end"

@@ -147,3 +147,68 @@ def test_linking_waits_while_writes_are_due_then_links_everything(ctx, recorded,
     assert stats["linked"] == 5
     assert stats["more"] is False
     assert db.execute("SELECT count(*) FROM memories WHERE linked_at IS NULL").fetchone()[0] == 0
+
+
+def test_a_row_stored_with_a_year_10000_timestamp_does_not_hold_back_its_batch(
+    ctx, recorded, db
+) -> None:  # type: ignore[no-untyped-def]
+    # given a batch of three where one row holds an instant a datetime cannot load (written
+    # before the request checks refused such values, or by hand)
+    poisoned = recorded[1]
+    db.execute("UPDATE memories SET ts = '10000-01-01 11:59:59+00' WHERE id = %s", (poisoned,))
+
+    # when the drain claims the batch
+    report = drain_writes(ctx)
+
+    # then every row moved on and no job is left running under the claim
+    assert report.claimed == 3
+    assert db.execute("SELECT count(*) FROM memories WHERE status = 'pending'").fetchone() == (0,)
+    assert db.execute("SELECT count(*) FROM jobs WHERE status <> 'done'").fetchone() == (0,)
+    assert report.stored == 3
+    # and the poisoned row kept its stored instant (the read was clamped, not the row)
+    assert db.execute("SELECT ts::text FROM memories WHERE id = %s", (poisoned,)).fetchone() == (
+        "10000-01-01 11:59:59+00",
+    )
+
+
+class _NulSummaries:
+    """The offline model, except that it summarises one memory with a NUL byte in its text,
+    which a real model may send and PostgreSQL text refuses."""
+
+    def __init__(self, inner: object) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._inner, name)
+
+    def summarize(self, content: str, max_words: int) -> str:
+        summary: str = self._inner.summarize(content, max_words)  # type: ignore[attr-defined]
+        return summary.replace(" ", "\x00", 1) if "auditors" in content else summary
+
+
+LONG_NOTE = (
+    "We decided to move the ledger to PostgreSQL 15 because the old store lost writes under "
+    "load, the team wants transactions for every transfer, the auditors asked for one system "
+    "of record, and the migration plan keeps both stores in step for two weeks before the "
+    "switch, with a rollback script ready at every step."
+)
+
+
+def test_a_result_postgresql_refuses_is_dead_lettered_alone(ctx, recorded, db, settings) -> None:  # type: ignore[no-untyped-def]
+    # given a long note whose summary (the model's) holds a NUL byte, beside three others
+    with MemoryClient(settings) as client:
+        poisoned = str(client.record(LONG_NOTE, **SCOPE).memory_id)
+    ctx.__dict__["llm"] = _NulSummaries(ctx.llm)
+
+    # when the drain finishes the batch
+    report = drain_writes(ctx)
+
+    # then that memory alone is dead, with PostgreSQL's reason, and its siblings are stored
+    statuses = dict(db.execute("SELECT id::text, status FROM memories").fetchall())
+    assert statuses == {poisoned: "dead", **dict.fromkeys(recorded, "stored")}
+    assert (report.stored, report.dead) == (3, 1)
+    [(reason,)] = db.execute("SELECT dead_reason FROM jobs WHERE status = 'dead'").fetchall()
+    assert "PostgreSQL refused" in reason
+    assert db.execute("SELECT count(*) FROM jobs WHERE status = 'running'").fetchone() == (0,)
+    # and no vector point stands for the dead one
+    assert ctx.vectors.count(ctx.episodic_collection) == 3
