@@ -49,7 +49,7 @@ import time
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -69,28 +69,25 @@ from memharness.bench.retrieval_quality import (
     load_conversations,
 )
 from memharness.bench.scratch import scratch_settings, worker_env
+from memharness.bench.system_ask import BUDGET_TOKENS, Asked, K, ask_questions
 from memharness.bench.system_store import (
     EXAMPLES,
     SETTLE_TIMEOUT_S,
-    Cover,
     NightLog,
     Store,
     background_counts,
-    credit,
     load_cover,
     run_night,
     sum_background,
     unreachable_gold,
     wait_for,
 )
-from memharness.progress import Progress, progress
+from memharness.progress import progress
 
 BENCH = "system-quality"
 # The data set of the house: LoCoMo's dev split beside the project (never copied into it).
 DEFAULT_DATA = Path(__file__).resolve().parents[3] / "shared" / "bench" / "locomo-dev.json"
 REDIS_DB = 12
-BUDGET_TOKENS = 4000
-K = 10
 # --quick: one conversation, its first sessions; about 60 turns, done in well under a minute.
 QUICK_SESSIONS = 3
 NIGHT_HOUR_UTC = 3
@@ -168,93 +165,6 @@ def night_after(session: Session, following: Session | None) -> datetime:
     if following is not None:
         night = min(night, following.when - timedelta(minutes=1))
     return max(night, last + timedelta(minutes=1))
-
-
-# -- asking -------------------------------------------------------------------------------
-
-
-@dataclass
-class Asked:
-    tallies: dict[str, Tally] = field(default_factory=lambda: defaultdict(Tally))
-    hit_ids: set[str] = field(default_factory=set)
-    summaries_returned: int = 0
-    # How many level-0 turns each summary in a top 10 covers: the weight of its credit.
-    summary_cover_sizes: list[int] = field(default_factory=list)
-    knowledge_in_context: int = 0
-    context_tokens: list[int] = field(default_factory=list)
-    partition_tokens: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
-    pure_context_tokens: list[int] = field(default_factory=list)
-    pure_partition_tokens: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
-    ask_seconds: list[float] = field(default_factory=list)
-
-
-def ask_questions(
-    client: Any, tenant: str, conversation: Conversation, cover: Cover, pure: Any,
-    counter: Any, layout: Any, asked: Asked, bar: Progress,
-) -> None:  # fmt: skip
-    from pipelines.read.assemble import ContextSources, build_context
-    from pipelines.read.budget import Partition
-    from pipelines.read.request import ContextRequest
-
-    for question in conversation.questions:
-        category = CATEGORIES[question.category]
-        started = time.monotonic()
-        recalled = [hit["id"] for hit in client.recall(question.text, tenant_id=tenant, limit=K)]
-        # Asked again for three times K, for the first K raw turns with summaries set aside
-        # (a separate call: a deeper search of the graph index may order the top K otherwise).
-        recalled_deep = [
-            hit["id"] for hit in client.recall(question.text, tenant_id=tenant, limit=3 * K)
-        ]
-        context = client.context(
-            conversation.sample_id, question.text, BUDGET_TOKENS, tenant_id=tenant
-        )
-        asked.ask_seconds.append(time.monotonic() - started)
-        ranked = [c.memory.id for c in context.retrieval.candidates] if context.retrieval else []
-        retrieved = context.partition(Partition.RETRIEVED_MEMORY)
-        delivered = [item.id for item in retrieved.items if item.knowledge is None]
-        asked.knowledge_in_context += sum(1 for item in retrieved.items if item.knowledge)
-        asked.context_tokens.append(context.total_tokens)
-        for part in context.partitions:
-            asked.partition_tokens[part.name.value].append(part.used_tokens)
-        figures: dict[str, float] = {}
-        for name, ids in (("recall", recalled), ("context", ranked[:K])):
-            strict, credited, kept = credit(ids, cover, question.gold)
-            figures[f"{name}_strict"] = strict
-            figures[f"{name}_credit"] = credited
-            figures[f"{name}_credit_kept"] = kept
-            asked.hit_ids.update(ids)
-            summaries = [i for i in ids if cover.level_of.get(i, 0) >= 1]
-            asked.summaries_returned += len(summaries)
-            asked.summary_cover_sizes.extend(len(cover.covers.get(i, ())) for i in summaries)
-        # The same rankings with the summaries set aside: what the gap to the pure pipeline
-        # owes to summaries taking slots, and what it owes to everything else.
-        for name, deep in (("recall", recalled_deep), ("context", ranked)):
-            raw = [i for i in deep if cover.level_of.get(i, 0) == 0][:K]
-            figures[f"{name}_raw_only"] = credit(raw, cover, question.gold)[0]
-        strict, credited, kept = credit(delivered, cover, question.gold)
-        figures["in_context_strict"], figures["in_context_credit"] = strict, credited
-        figures["in_context_credit_kept"] = kept
-
-        # The pure pipeline's assembled context of the same question, nothing but long-term
-        # memory to lay out (no window: the pure bench holds none).
-        result = build_context(
-            ContextRequest(
-                task_id=conversation.sample_id, query=question.text, budget_tokens=BUDGET_TOKENS
-            ),
-            ContextSources(),
-            scope=pure.scope,
-            recallers=pure.ports,
-            counter=counter,
-            layout=layout,
-        )
-        asked.pure_context_tokens.append(result.total_tokens)
-        for part in result.partitions:
-            asked.pure_partition_tokens[part.name.value].append(part.used_tokens)
-        pure_ids = [item.id for item in result.partition(Partition.RETRIEVED_MEMORY).items]
-        figures["pure_in_context"] = len(question.gold.intersection(pure_ids)) / len(question.gold)
-        asked.tallies["all"].add(figures)
-        asked.tallies[category].add(figures)
-        bar.advance()
 
 
 # -- the run ------------------------------------------------------------------------------
@@ -425,6 +335,14 @@ def run(
         k: _mean(v) for k, v in sorted(asked.partition_tokens.items())
     }
     result["pure_context_tokens_mean"] = _mean(asked.pure_context_tokens)
+    result["retrieved_partition"] = {
+        "budget_tokens_mean": _mean(asked.retrieved_budget),
+        "items_mean": _mean(asked.retrieved_items),
+        "summaries_mean": _mean(asked.retrieved_summaries),
+        "summary_tokens_mean": _mean(asked.retrieved_summary_tokens),
+        "evicted_mean": _mean(asked.retrieved_evicted),
+        "pure_items_mean": _mean(asked.pure_retrieved_items),
+    }
     result["pure_context_partition_tokens_mean"] = {
         k: _mean(v) for k, v in sorted(asked.pure_partition_tokens.items())
     }

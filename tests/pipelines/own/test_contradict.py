@@ -16,9 +16,9 @@ from pipelines.own.contradict import (
     Verdict,
     confirm,
     contradicted,
-    has_correction_cue,
     judge_pair,
 )
+from pipelines.own.statements import has_correction_cue
 from pipelines.records import EpisodicMemory, Level
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)

@@ -181,6 +181,10 @@ class _NulSummaries:
     def __getattr__(self, name: str) -> object:
         return getattr(self._inner, name)
 
+    def billed_to(self, tenant_id: str) -> _NulSummaries:
+        # the drain asks for the tenant's adapter (its calls go to the token ledger)
+        return _NulSummaries(self._inner.billed_to(tenant_id))  # type: ignore[attr-defined]
+
     def summarize(self, content: str, max_words: int) -> str:
         summary: str = self._inner.summarize(content, max_words)  # type: ignore[attr-defined]
         return summary.replace(" ", "\x00", 1) if "auditors" in content else summary
