@@ -273,7 +273,8 @@ def judge_pair(older: str, newer: str) -> tuple[Verdict, str] | None:
     same, old_body, new_body = _same_speaker(older, newer)
     if not same:
         return None
-    report = is_report(old_body) or is_report(new_body)
+    if _other_subject(old_body, new_body):
+        return None  # the same words about another module: another subject
     old_parts, new_parts = statements(old_body), statements(new_body)
     old_content, new_content = content_words(old_body), content_words(new_body)
     if (
@@ -282,8 +283,7 @@ def judge_pair(older: str, newer: str) -> tuple[Verdict, str] | None:
         and not _names_a_replacement(old_parts, new_parts)
     ):
         return None  # a copy, or an elaboration: all the old one said is said again
-    if _other_subject(old_body, new_body):
-        return None  # the same words about another module: another subject
+    report = is_report(old_body) or is_report(new_body)
     weak: str | None = None
     best: tuple[str, float] | None = None
     for old in old_parts:
