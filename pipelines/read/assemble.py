@@ -23,6 +23,7 @@ assembly's time) is skipped.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
 from datetime import datetime
@@ -199,9 +200,12 @@ def fit_partition(
     """Fill one partition within ``budget_tokens``, keeping the items' order.
 
     Overflow first walks the items from the lowest eviction score up, replacing each by its
-    next compressed version, sweep after sweep while any is left; then it evicts from the
-    lowest score up (``must_keep`` items last, and those are truncated rather than dropped
-    when they alone overflow). ``used_tokens`` is the real count of the rendered text: the
+    next compressed version, sweep after sweep while any is left; a version is taken only
+    when it is cheaper than what the item shows and no other item shows it already (a
+    session summary stands in for a long turn, never for a short one, and once). Then it
+    evicts from the lowest score up, first the items whose compressed version another item
+    shows, then the rest (``must_keep`` items last, and those are truncated rather than
+    dropped when they alone overflow). ``used_tokens`` is the real count of the rendered text: the
     header's and the lines' counts added up when the counter is additive after a newline and
     every line starts with a non-space character (the render ends each line with one), else
     the rendered text counted as a whole.
@@ -226,23 +230,56 @@ def fit_partition(
     # Eviction order, scored only when something must give way: must_keep last, then the
     # lowest score first, then the earlier item first.
     order = _eviction_order(items, now, focus_terms) if total() > budget_tokens else []
+    shown = Counter(item.text for item in items)
+
+    def shown_text(i: int) -> str:
+        return items[i].text if version[i] == 0 else items[i].versions[version[i] - 1]
+
+    def next_version(i: int) -> int | None:
+        """The next compressed version worth taking: one that costs fewer tokens than what
+        the item shows now and whose text no other item shows (a session summary covering
+        a short turn is longer than the turn, and two turns it covers would show it twice);
+        None when no version is, and the item is left to eviction."""
+        for v in range(version[i] + 1, len(items[i].versions) + 1):
+            text = items[i].versions[v - 1]
+            if shown[text] > 0:
+                continue
+            line_cost = counter.count(items[i].line(v) + "\n")
+            if line_cost < costs[i]:
+                return v
+        return None
+
     while total() > budget_tokens:  # 1: compress, lowest score first, one level a sweep
         progressed = False
         for i in order:
             if total() <= budget_tokens:
                 break
             if kept[i] and version[i] < len(items[i].versions):
-                version[i] += 1
+                v = next_version(i)
+                if v is None:
+                    continue
+                shown[shown_text(i)] -= 1
+                version[i] = v
+                shown[shown_text(i)] += 1
                 texts[i] = items[i].line(version[i])
                 costs[i] = cost(i)
                 progressed = True
         if not progressed:
             break
-    for i in order:  # 2: evict, lowest score first (must_keep items sort last)
-        if total() <= budget_tokens:
-            break
-        if not items[i].must_keep:
-            kept[i] = False
+
+    def covered(i: int) -> bool:  # another kept item shows one of this item's versions
+        mine = shown_text(i)
+        return any(shown[v] > 0 for v in items[i].versions if v != mine)
+
+    # 2: evict, lowest score first (must_keep items sort last); first the items whose
+    # compressed version another item already shows, then the rest
+    for pass_covered in (True, False):
+        for i in order:
+            if total() <= budget_tokens:
+                break
+            if kept[i] and not items[i].must_keep and (covered(i) or not pass_covered):
+                kept[i] = False
+                shown[shown_text(i)] -= 1
     for i in order:  # 3: a must_keep item that alone overflows is cut, not dropped
         if total() <= budget_tokens:
             break

@@ -201,6 +201,34 @@ def test_overflow_compresses_before_it_evicts() -> None:
     assert "beta summary" in content.text and long_a in content.text
 
 
+def test_a_version_longer_than_the_original_is_not_taken() -> None:
+    # given a short turn whose only version is the long session summary covering it
+    summary = " ".join(["session"] * 40)
+    entries = [
+        item("short", "we ship on friday", versions=(summary,), relevance=0.1),
+        item("other", " ".join(["other"] * 20), relevance=0.9),
+    ]
+    # when the partition overflows
+    content = fit_partition(Partition.RETRIEVED_MEMORY, entries, 22, WORDS, now=NOW)
+    # then the turn is never swapped for the longer summary: it stays or goes whole
+    assert "short" not in content.compressed_ids
+    assert summary not in content.text
+
+
+def test_one_summary_is_shown_once_for_the_turns_it_covers() -> None:
+    # given three long turns covered by one short summary
+    summary = "the team moved the launch to march"
+    entries = [
+        item(key, " ".join([key] * 30), versions=(summary,), relevance=0.5)
+        for key in ("a", "b", "c")
+    ]
+    # when only one original and the summary fit
+    content = fit_partition(Partition.RETRIEVED_MEMORY, entries, 45, WORDS, now=NOW)
+    # then the summary stands in for one turn and is not repeated for the others
+    assert content.text.count(summary) == 1
+    assert len(content.compressed_ids) == 1
+
+
 def test_eviction_takes_the_lowest_score_first() -> None:
     # given an acknowledgement, an old observation and a fresh decision with identifiers
     entries = [
