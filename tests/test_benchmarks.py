@@ -480,3 +480,20 @@ def test_system_quality_credits_a_summary_only_for_the_turns_it_still_says() -> 
     assert credit(["s"], cover, gold) == (0.0, 1.0, 0.5)
     # and a raw turn counts everywhere
     assert credit(["t2", "s"], cover, gold) == (0.5, 1.0, 1.0)
+
+
+def test_runs_on_different_redis_databases_get_different_scratch_databases(settings) -> None:  # type: ignore[no-untyped-def]
+    # Two benchmarks run side by side on Redis 8 and 9 once dropped each other's database.
+    from psycopg.conninfo import conninfo_to_dict
+
+    from memharness.bench.scratch import scratch_settings
+
+    def dbname(redis_db: int | None) -> str:
+        url = scratch_settings(
+            settings, db_suffix="sysq_bench", qdrant_path=Path("q"), redis_db=redis_db
+        ).database_url
+        return str(conninfo_to_dict(url)["dbname"])
+
+    assert dbname(8) != dbname(9)
+    assert dbname(8).endswith("_sysq_bench_r8")
+    assert dbname(None).endswith("_sysq_bench")

@@ -14,12 +14,15 @@ from config import Settings
 def scratch_settings(
     base: Settings, *, db_suffix: str, qdrant_path: Path, redis_db: int | None
 ) -> Settings:
-    """``base`` on database ``<base db>_<db_suffix>``, Redis database ``redis_db`` (None:
-    base's own), an embedded store at ``qdrant_path``, the hashing embedder and the offline
-    LLM: figures that depend on nothing outside the run."""
+    """``base`` on database ``<base db>_<db_suffix>`` (``_r<redis_db>`` added when a Redis
+    database is given, so two runs on different Redis databases never drop each other's
+    scratch database), Redis database ``redis_db`` (None: base's own), an embedded store at
+    ``qdrant_path``, the hashing embedder and the offline LLM: figures that depend on
+    nothing outside the run."""
     params = conninfo_to_dict(base.database_url)
+    suffix = db_suffix if redis_db is None else f"{db_suffix}_r{redis_db}"
     database_url = make_conninfo(
-        base.database_url, dbname=f"{params.get('dbname', 'memharness')}_{db_suffix}"
+        base.database_url, dbname=f"{params.get('dbname', 'memharness')}_{suffix}"
     )
     redis_url = base.redis_url
     if redis_db is not None:
