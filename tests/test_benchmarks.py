@@ -497,3 +497,34 @@ def test_runs_on_different_redis_databases_get_different_scratch_databases(setti
     assert dbname(8) != dbname(9)
     assert dbname(8).endswith("_sysq_bench_r8")
     assert dbname(None).endswith("_sysq_bench")
+
+
+def test_a_benchmark_claims_an_empty_redis_database_and_refuses_a_busy_one(settings) -> None:  # type: ignore[no-untyped-def]
+    # Two runs on one database consumed each other's tasks; now each takes an empty one.
+    import redis
+
+    from memharness.bench.scratch import (
+        CLAIM_KEY,
+        BusyRedisDatabase,
+        claim_redis_db,
+        release_redis,
+        scratch_settings,
+    )
+
+    first = claim_redis_db(settings.redis_url, "auto")
+    second = claim_redis_db(settings.redis_url, "auto")
+    assert first is not None and second is not None and first != second
+    try:
+        server = settings.redis_url.rsplit("/", 1)[0]
+        assert redis.Redis.from_url(f"{server}/{first}").get(CLAIM_KEY) is not None
+        with pytest.raises(BusyRedisDatabase, match=f"Redis database {first} is not empty"):
+            claim_redis_db(settings.redis_url, first)
+        with pytest.raises(BusyRedisDatabase, match=r"within 0\.\.15"):
+            claim_redis_db(settings.redis_url, 99)
+        assert claim_redis_db(settings.redis_url, None) is None
+    finally:
+        for number in (first, second):
+            release_redis(
+                scratch_settings(settings, db_suffix="x", qdrant_path=Path("q"), redis_db=number)
+            )
+    assert redis.Redis.from_url(f"{server}/{first}").dbsize() == 0

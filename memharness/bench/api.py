@@ -38,13 +38,24 @@ import psycopg
 import redis
 
 from config import Settings, get_settings
-from memharness.bench.scratch import percentile, scratch_settings, worker_env
+from memharness.bench.scratch import (
+    AUTO,
+    BusyRedisDatabase,
+    RedisChoice,
+    add_redis_argument,
+    claim_redis_db,
+    clear_redis,
+    percentile,
+    refuse,
+    release_redis,
+    scratch_settings,
+    worker_env,
+)
 from memharness.client import MemoryClient
 from memharness.processes import start_worker, wait_for_worker
 from workers.db import drop_database, migrate
 from workers.queues import CeleryQueue
 
-REDIS_DB = 13
 TARGETS = {"http_record_p50_ms": 3.0, "http_record_to_inproc_p50": 2.5, "records_per_s_8": 1000}
 CLIENTS = 8
 CONTENTS = [
@@ -284,15 +295,20 @@ def run(
     records: int = 4000,
     memories: int = 10_000,
     queries: int = 200,
-    redis_db: int | None = REDIS_DB,
+    redis_db: RedisChoice = AUTO,
     server_processes: int = 1,
 ) -> int:
-    """The whole run; ``redis_db`` None keeps the Redis database of ``base`` (tests)."""
+    """The whole run on an empty Redis database of its own (``redis_db``: ``"auto"``, a
+    number, or None for the one of ``base``, as the tests do)."""
     from memharness.server.keys import create_key
 
+    try:
+        number = claim_redis_db(base.redis_url, redis_db)
+    except BusyRedisDatabase as exc:
+        return refuse(exc)
     tmp = Path(tempfile.mkdtemp(prefix="memharness-api-bench-"))
     settings = scratch_settings(
-        base, db_suffix="api_bench", qdrant_path=tmp / "qdrant", redis_db=redis_db
+        base, db_suffix="api_bench", qdrant_path=tmp / "qdrant", redis_db=number
     )
     env = {
         **worker_env(settings),
@@ -302,7 +318,7 @@ def run(
     }
     drop_database(settings.database_url)
     migrate(settings.database_url)
-    redis.Redis.from_url(settings.redis_url).flushdb()
+    clear_redis(settings, claimed=number is not None)
     port = _spare_port()
     out: dict[str, Any] = {
         "bench": "api",
@@ -348,6 +364,7 @@ def run(
         if worker is not None:
             worker.stop()
         drop_database(settings.database_url)
+        release_redis(settings)
         shutil.rmtree(tmp, ignore_errors=True)
     print(json.dumps(out, sort_keys=True))
     return 0 if out.get("meets_targets") else 1
@@ -368,6 +385,7 @@ def register_bench(
     p.add_argument(
         "--server-processes", type=int, default=1, help="uvicorn worker processes of the server"
     )
+    add_redis_argument(p)
     p.set_defaults(
         func=lambda args: run(
             get_settings(),
@@ -377,5 +395,6 @@ def register_bench(
             memories=args.memories,
             queries=args.queries,
             server_processes=args.server_processes,
+            redis_db=args.redis_db,
         )
     )

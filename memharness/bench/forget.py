@@ -31,10 +31,18 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import redis
-
 from config import Settings
-from memharness.bench.scratch import percentile, scratch_settings, worker_env
+from memharness.bench.scratch import (
+    AUTO,
+    BusyRedisDatabase,
+    claim_redis_db,
+    clear_redis,
+    percentile,
+    refuse,
+    release_redis,
+    scratch_settings,
+    worker_env,
+)
 from memharness.client import MemoryClient
 from memharness.processes import Managed, start_worker, wait_for_worker
 from memharness.progress import progress
@@ -107,19 +115,24 @@ def run(base: Settings, *, memories: int, tenant_memories: int, samples: int) ->
     from workers.own.export import export_tenant
     from workers.own.imports import import_file
 
+    try:  # the exporting store and the importing one: two Redis databases of their own
+        source_db = claim_redis_db(base.redis_url, AUTO)
+        target_db = claim_redis_db(base.redis_url, AUTO)
+    except BusyRedisDatabase as exc:
+        return refuse(exc)
     tmp = Path(tempfile.mkdtemp(prefix="memharness-bench-forget-"))
     log_dir = tmp / "logs"
     source = scratch_settings(
-        base, db_suffix="bench_forget", qdrant_path=tmp / "qdrant-forget", redis_db=10
+        base, db_suffix="bench_forget", qdrant_path=tmp / "qdrant-forget", redis_db=source_db
     )
     target = scratch_settings(
-        base, db_suffix="bench_import", qdrant_path=tmp / "qdrant-import", redis_db=11
+        base, db_suffix="bench_import", qdrant_path=tmp / "qdrant-import", redis_db=target_db
     )
     source_env, target_env = worker_env(source), worker_env(target)
     for settings in (source, target):
         drop_database(settings.database_url)
         migrate(settings.database_url)
-        redis.Redis.from_url(settings.redis_url).flushdb()
+        clear_redis(settings, claimed=True)
     workers: list[Managed] = []
     result: dict[str, Any] = {"benchmark": "forget", "cpus": os.cpu_count()}
     owner_queues = ["write", "embed", "recall"]
@@ -206,7 +219,7 @@ def run(base: Settings, *, memories: int, tenant_memories: int, samples: int) ->
             for worker in workers:
                 worker.stop()
             for settings in (source, target):
-                redis.Redis.from_url(settings.redis_url).flushdb()
+                release_redis(settings)
                 drop_database(settings.database_url)
             shutil.rmtree(tmp, ignore_errors=True)
     if tenant_memories == 10_000:

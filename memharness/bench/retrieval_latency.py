@@ -46,7 +46,18 @@ import psycopg
 import redis
 
 from config import Settings, get_settings
-from memharness.bench.scratch import percentile, scratch_settings
+from memharness.bench.scratch import (
+    AUTO,
+    BusyRedisDatabase,
+    RedisChoice,
+    add_redis_argument,
+    claim_redis_db,
+    clear_redis,
+    percentile,
+    refuse,
+    release_redis,
+    scratch_settings,
+)
 from pipelines.index.context_vector import context_text
 from pipelines.index.vectors import Embedder, VectorIndex, VectorPoint
 from pipelines.records import TaskPhase
@@ -74,7 +85,6 @@ SEED = 20261202
 # The hashing embedder takes ~20k texts/s here and edge upserts ~28k points/s (DESIGN.md):
 # batches of this size keep each step a second or less and the progress lines readable.
 BATCH = 5_000
-REDIS_DB = 13
 # A 32k model's context: below the default 128k every partition takes its share (retrieved
 # memory 8,000 tokens here; 2,461 before partitions scaled, when the fixed ones took 24,000).
 BUDGET_TOKENS = 32_000
@@ -218,7 +228,7 @@ def index_memories(
         )
 
 
-def _scratch(base: Settings, tmp: Path, redis_db: int | None = REDIS_DB) -> Settings:
+def _scratch(base: Settings, tmp: Path, redis_db: int | None) -> Settings:
     # The process id keeps two runs on one machine (engineers sharing it) off each other's
     # scratch database: each drops its own at start and end.
     return scratch_settings(
@@ -382,14 +392,19 @@ def run(
     queries: int = 300,
     warmup: int = 30,
     e2e: bool = True,
-    redis_db: int | None = REDIS_DB,
+    redis_db: RedisChoice = AUTO,
 ) -> int:
-    """The whole run; ``redis_db`` None keeps the Redis database of ``base`` (tests)."""
+    """The whole run on an empty Redis database of its own (``redis_db``: ``"auto"``, a
+    number, or None for the one of ``base``, as the tests do)."""
+    try:
+        number = claim_redis_db(base.redis_url, redis_db)
+    except BusyRedisDatabase as exc:
+        return refuse(exc)
     tmp = Path(tempfile.mkdtemp(prefix="memharness-latency-"))
-    settings = _scratch(base, tmp, redis_db)
+    settings = _scratch(base, tmp, number)
     drop_database(settings.database_url)
     migrate(settings.database_url)
-    redis.Redis.from_url(settings.redis_url).flushdb()
+    clear_redis(settings, claimed=number is not None)
     out: dict[str, Any] = {
         "bench": "retrieval-latency",
         "measured": "p*_ms: MemoryClient.context()'s owner-side call in process "
@@ -440,6 +455,7 @@ def run(
         out["meets_targets"] = all(checks.values()) if checks else None
     finally:
         drop_database(settings.database_url)
+        release_redis(settings)
         shutil.rmtree(tmp, ignore_errors=True)
     print(json.dumps(out, sort_keys=True))
     return 0 if out.get("meets_targets") in (True, None) else 1
@@ -489,13 +505,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-e2e", action="store_true", help="the in-process call only, no owner worker"
     )
-    parser.add_argument(
-        "--redis-db",
-        type=int,
-        default=REDIS_DB,
-        help="Redis database of the run (flushed; its queues carry the end-to-end calls): "
-        "two runs at once need two",
-    )
+    add_redis_argument(parser)
 
 
 if __name__ == "__main__":

@@ -68,7 +68,17 @@ from memharness.bench.retrieval_quality import (
     evaluate_conversation,
     load_conversations,
 )
-from memharness.bench.scratch import scratch_settings, worker_env
+from memharness.bench.scratch import (
+    AUTO,
+    BusyRedisDatabase,
+    RedisChoice,
+    add_redis_argument,
+    claim_redis_db,
+    clear_redis,
+    release_redis,
+    scratch_settings,
+    worker_env,
+)
 from memharness.bench.system_ask import BUDGET_TOKENS, Asked, K, ask_questions
 from memharness.bench.system_store import (
     EXAMPLES,
@@ -87,7 +97,6 @@ from memharness.progress import progress
 BENCH = "system-quality"
 # The data set of the house: LoCoMo's dev split beside the project (never copied into it).
 DEFAULT_DATA = Path(__file__).resolve().parents[3] / "shared" / "bench" / "locomo-dev.json"
-REDIS_DB = 12
 # --quick: one conversation, its first sessions; about 60 turns, done in well under a minute.
 QUICK_SESSIONS = 3
 NIGHT_HOUR_UTC = 3
@@ -202,9 +211,10 @@ def run(
     quick: bool = False,
     embedder: str = "hashing",
     seed: int | None = None,
-    redis_db: int | None = REDIS_DB,
+    redis_db: RedisChoice = AUTO,
 ) -> int:
-    """The whole run; ``redis_db`` None keeps the Redis database of ``base`` (tests)."""
+    """The whole run on an empty Redis database of its own (``redis_db``: ``"auto"``, a
+    number, or None for the one of ``base``, as the tests do)."""
     from workers.db import drop_database
 
     began = time.monotonic()
@@ -221,14 +231,18 @@ def run(
             f"cannot load embedder {embedder!r}: {exc} ({embedders.requirement(embedder)})"
         )
     picked = loaded[: 1 if quick else (conversations or len(loaded))]
+    try:
+        number = claim_redis_db(base.redis_url, redis_db)
+    except BusyRedisDatabase as exc:
+        return _fail(str(exc))
     tmp = Path(tempfile.mkdtemp(prefix="memharness-bench-sysq-"))
     settings = scratch_settings(
-        base, db_suffix="sysq_bench", qdrant_path=tmp / "qdrant", redis_db=redis_db
+        base, db_suffix="sysq_bench", qdrant_path=tmp / "qdrant", redis_db=number
     ).model_copy(update={"embedder": SETTINGS_EMBEDDER[embedder], "embed_dim": 384})
     if embedder == "minilm":
         settings = settings.model_copy(update={"embed_model": "all-MiniLM-L6-v2"})
     broker = redis.Redis.from_url(settings.redis_url)
-    if broker.dbsize():
+    if number is None and broker.dbsize():
         return _fail(
             f"Redis database {settings.redis_url.rsplit('/', 1)[-1]} is not empty: this bench "
             "refuses to share one (pick another with --redis-db)"
@@ -263,7 +277,7 @@ def run(
                 pure_tallies, nights,
             )  # fmt: skip
             drop_database(settings.database_url)
-            broker.flushdb()
+            clear_redis(settings, claimed=number is not None)
             per_conversation.append(stats["summary"])
             background.append(stats["background"])
             for state, info in stats["unreachable"].items():
@@ -278,7 +292,7 @@ def run(
         return _fail(str(exc))
     finally:
         drop_database(settings.database_url)
-        broker.flushdb()
+        release_redis(settings)
         shutil.rmtree(tmp, ignore_errors=True)
     means = asked.tallies["all"].means() if asked.tallies["all"].count else {}
     result |= {
@@ -512,7 +526,7 @@ def register_bench(bench: argparse._SubParsersAction[argparse.ArgumentParser]) -
     )
     b.add_argument("--embedder", choices=sorted(EMBEDDERS), default="hashing")
     b.add_argument("--seed", type=int, default=None, help="--zh: the generated set's seed")
-    b.add_argument("--redis-db", type=int, default=REDIS_DB, help="an empty Redis database")
+    add_redis_argument(b)
     b.set_defaults(
         func=lambda args: run(
             get_settings(),

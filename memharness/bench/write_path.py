@@ -35,7 +35,18 @@ import redis
 from psycopg.types.json import Jsonb
 
 from config import Settings
-from memharness.bench.scratch import percentile, scratch_settings, worker_env
+from memharness.bench.scratch import (
+    AUTO,
+    BusyRedisDatabase,
+    RedisChoice,
+    claim_redis_db,
+    clear_redis,
+    percentile,
+    refuse,
+    release_redis,
+    scratch_settings,
+    worker_env,
+)
 from memharness.client import MemoryClient
 from memharness.processes import Managed, start_worker, wait_for_worker
 from workers.app import get_app
@@ -201,15 +212,21 @@ def _measure_noop(
 
 def run(
     base: Settings, *, records: int = 5000, noop_tasks: int = 5000, producers: int = 4,
-    latency_samples: int = 2000,
+    latency_samples: int = 2000, redis_db: RedisChoice = AUTO,
 ) -> int:  # fmt: skip
+    try:
+        number = claim_redis_db(base.redis_url, redis_db)
+    except BusyRedisDatabase as exc:
+        return refuse(exc)
     tmp = Path(tempfile.mkdtemp(prefix="memharness-bench-"))
-    settings = scratch_settings(base, db_suffix="bench", qdrant_path=tmp / "qdrant", redis_db=14)
+    settings = scratch_settings(
+        base, db_suffix="bench", qdrant_path=tmp / "qdrant", redis_db=number
+    )
     env = worker_env(settings)
     log_dir = tmp / "logs"
     drop_database(settings.database_url)
     migrate(settings.database_url)
-    redis.Redis.from_url(settings.redis_url).flushdb()
+    clear_redis(settings, claimed=number is not None)
     worker: Managed | None = None
     result: dict[str, Any] = {"benchmark": "write-path", "cpus": os.cpu_count()}
     try:
@@ -251,7 +268,7 @@ def run(
     finally:
         if worker is not None:
             worker.stop()
-        redis.Redis.from_url(settings.redis_url).flushdb()
+        release_redis(settings)
         drop_database(settings.database_url)
         shutil.rmtree(tmp, ignore_errors=True)
     print(json.dumps(result))
