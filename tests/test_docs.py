@@ -87,6 +87,15 @@ def test_the_site_fetches_nothing_from_a_cdn(site: tuple[Path, str]) -> None:
         assert not re.search(r"""(src|href)=["']https?://[^"']*\.(js|css)["']""", html), page
 
 
+def test_table_cells_show_pipes_as_github_does(site: tuple[Path, str]) -> None:
+    # given a cell such as `--embedder hashing\|minilm\|e5`, escaped for GitHub's tables
+    out, _ = site
+    commands = (out / "commands.html").read_text()
+    assert "hashing|minilm|e5" in commands
+    for page in out.rglob("*.html"):
+        assert "\\|" not in page.read_text(), page
+
+
 def test_the_readme_links_land_on_pages_and_headings(site: tuple[Path, str]) -> None:
     out, _ = site
     readme = (ROOT / "README.md").read_text()
