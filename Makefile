@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 PYTHON ?= python3
 STAMP := $(VENV)/.installed
 
-.PHONY: install install-minilm install-e5 install-local-llm services migrate demo test test-fast test-soak test-model format lint typecheck check bench lock clean
+.PHONY: install install-minilm install-e5 install-local-llm services migrate demo test test-fast test-soak test-model format lint typecheck check bench docs lock clean
 
 install: $(STAMP)
 
@@ -76,6 +76,11 @@ test-model: install services
 
 bench: install services
 	$(BIN)/memharness bench write-path
+
+# The docs site (mkdocs.yml, docs/) into var/site; --strict fails on a broken link or anchor
+# and on a page missing from nav. Material's end-of-life banner is a notice, not a warning.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 # Refresh the pinned versions after changing dependencies in pyproject.toml.
 lock: install

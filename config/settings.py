@@ -1,7 +1,7 @@
 """The one place that reads the environment.
 
-Every setting is an env var named ``MEMHARNESS_<FIELD>`` (upper case). README.md lists them
-all with their defaults; ``tests/test_readme_settings.py`` fails when the two drift apart.
+Every setting is an env var named ``MEMHARNESS_<FIELD>`` (upper case). docs/configuration.md
+lists them all with their defaults; ``tests/test_readme.py`` fails when the two drift apart.
 """
 
 from __future__ import annotations

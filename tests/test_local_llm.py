@@ -186,10 +186,10 @@ def test_serve_without_the_weights_says_how_to_fetch_them(
     assert "memharness llm fetch --model smollm2" in capsys.readouterr().err
 
 
-def test_readme_states_each_models_pin_license_and_source() -> None:
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+def test_the_docs_state_each_models_pin_license_and_source() -> None:
+    page = (Path(__file__).resolve().parents[1] / "docs" / "llm.md").read_text()
     for model in MODELS.values():
-        row = next(line for line in readme.splitlines() if line.startswith(f"| `{model.key}` |"))
+        row = next(line for line in page.splitlines() if line.startswith(f"| `{model.key}` |"))
         assert model.sha256 in row
         assert f"{model.size_bytes:,}" in row
         assert model.license in row

@@ -11,7 +11,7 @@ first recording call, so that an agent importing the client pays nothing and the
 choose the multiprocess mode first. ``set_enabled(False)`` (or
 ``MEMHARNESS_METRICS_ENABLED=false``) turns every recording call into a return.
 
-The names are a contract with the alert rules and the dashboard (README "Operations").
+The names are a contract with the alert rules and the dashboard (docs/monitoring.md).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from prometheus_client.metrics import Counter, Gauge, Histogram
     from prometheus_client.registry import Collector
 
-# Latency buckets from 1 ms to 10 s: a context() here takes ~5-30 ms (README "Benchmarks"),
+# Latency buckets from 1 ms to 10 s: a context() here takes ~5-30 ms (docs/benchmarks.md),
 # an LLM call up to llm_timeout_s, a sweep step up to sweep_deadline_s (20 s).
 SECONDS_BUCKETS = (
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,

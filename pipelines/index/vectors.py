@@ -94,7 +94,7 @@ class VectorHit(NamedTuple):
 
 
 class CollectionParams(BaseModel):
-    """Index parameters of one collection (README "Vector index"). ``pq`` is the product
+    """Index parameters of one collection (docs/configuration.md). ``pq`` is the product
     quantization compression ratio (``x4`` … ``x32``), or None for full-precision search."""
 
     model_config = ConfigDict(frozen=True)

@@ -21,7 +21,7 @@ from workers.health.endpoint import registry_for
 from workers.health.golden import count_points, run_golden_queries
 from workers.write.drain import drain_writes
 
-# The names alert rules and the dashboard are written against (README "Operations").
+# The names alert rules and the dashboard are written against (docs/monitoring.md).
 CONTRACT = {
     "memharness_write_records_total", "memharness_write_funnel_total",
     "memharness_writes_per_interaction", "memharness_embedding_seconds",

@@ -8,7 +8,7 @@ needs). The search ``ef`` of each collection is kept there too, and the embeddin
 of the vectors it holds.
 
 Local mode keeps its data in a directory and takes an exclusive lock on it: exactly one
-process may open it (the store owner, see README "Embedded mode"); it ignores HNSW,
+process may open it (the store owner, see docs/how-it-works.md); it ignores HNSW,
 quantization and payload-index settings. Tenant scope is a filter inside every query, never
 applied to the results afterwards.
 """

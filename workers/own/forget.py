@@ -348,8 +348,8 @@ def _erase_checkpoints(
     conn: Connection[Any], tenant_id: str, target: ForgetTarget, target_id: str
 ) -> int:
     """A task's checkpoints go with the task, a tenant's with the tenant. A memory's or a
-    session's text copied into a checkpoint's state by the agent is the agent's own (README
-    "Owning your memories")."""
+    session's text copied into a checkpoint's state by the agent is the agent's own
+    (docs/owning-memories.md)."""
     if target is ForgetTarget.TENANT:
         return conn.execute("DELETE FROM checkpoints WHERE tenant_id = %s", (tenant_id,)).rowcount
     if target is ForgetTarget.TASK:

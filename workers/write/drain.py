@@ -229,7 +229,7 @@ def process_batch(ctx: Clients, jobs: list[ClaimedJob], report: DrainReport) -> 
 
     if kept:
         try:
-            # Content and context vectors in one embedder call (README "Vector index").
+            # Content and context vectors in one embedder call (docs/embedders.md).
             texts = [row["content"] for _, row, _, _ in kept]
             texts += [
                 context_text(row.get("metadata"), outcome.type.value, row["task_id"])
@@ -237,7 +237,7 @@ def process_batch(ctx: Clients, jobs: list[ClaimedJob], report: DrainReport) -> 
             ]
             embed_started = time.perf_counter()
             vectors = ctx.embedder.embed(texts)
-            # A code memory's own vector: its code read as words (README "Code memories").
+            # A code memory's own vector: its code read as words (docs/embedders.md).
             codes = code_vectors(ctx.code_embedder, [row for _, row, _, _ in kept])
             observe_embedding(time.perf_counter() - embed_started)
         except TransientLLMError as exc:
@@ -278,7 +278,7 @@ def process_batch(ctx: Clients, jobs: list[ClaimedJob], report: DrainReport) -> 
                         context=context,
                         code=code,
                         # The payload rebuilds and reconciliation write too; every point says
-                        # which embedder made it (README "Re-embedding").
+                        # which embedder made it (docs/embedders.md).
                         payload=episodic_payload(
                             {**row, "type": outcome.type.value, "importance": outcome.importance},
                             ctx.embedder.version,

@@ -40,7 +40,7 @@ def ctx(db, redis_client, qdrant_path, settings: Settings) -> Iterator[Clients]:
     # (one task at a time) never does. With one edge search thread a search holds the GIL
     # for its whole run, and the rebuild's writes wait behind back-to-back searches (3,000
     # memories: over 180 s instead of ~17 s); a process that searches from several threads
-    # gives the engine its pool (README, MEMHARNESS_EDGE_SEARCH_THREADS).
+    # gives the engine its pool (docs/configuration.md, MEMHARNESS_EDGE_SEARCH_THREADS).
     context = Clients(settings.model_copy(update={"edge_search_threads": 2}))
     yield context
     context.close()
