@@ -150,18 +150,21 @@ def test_correct_forget_and_history(memory, workers) -> None:  # type: ignore[no
 def test_checkpoint_resume_and_rollback(memory) -> None:  # type: ignore[no-untyped-def]
     from workers.state.service import CheckpointNotFound
 
-    first = memory.checkpoint(TENANT, "parser", TaskState.model_validate(STATE))
+    # a task id with "/" and "+" stays one id in the URL's path
+    task = "team/parser+v2"
+
+    first = memory.checkpoint(TENANT, task, TaskState.model_validate(STATE))
     later = TaskState.model_validate({**STATE, "iteration": 3})
-    second = memory.checkpoint(TENANT, "parser", later, phase_transition=True)
-    resumed = memory.resume(TENANT, "parser")
+    second = memory.checkpoint(TENANT, task, later, phase_transition=True)
+    resumed = memory.resume(TENANT, task)
     assert resumed.checkpoint.checkpoint_id == second
-    assert resumed.state.iteration == 3 and resumed.checkpoint.task_id == "parser"
-    head = memory.rollback(TENANT, "parser", first)
+    assert resumed.state.iteration == 3 and resumed.checkpoint.task_id == task
+    head = memory.rollback(TENANT, task, first)
     assert head not in (first, second)
-    assert memory.resume(TENANT, "parser").state.iteration == 0
+    assert memory.resume(TENANT, task).state.iteration == 0
     assert memory.resume(TENANT, "never-saved") is None
     with pytest.raises(CheckpointNotFound):
-        memory.rollback(TENANT, "parser", uuid.uuid4())
+        memory.rollback(TENANT, task, uuid.uuid4())
 
 
 # Each bad call and the field its InvalidInput names, whichever client raised it.

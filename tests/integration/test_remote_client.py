@@ -1,0 +1,84 @@
+"""What only the remote client meets, against a real ``memharness serve``: refused keys,
+another tenant, a server that is not there; and the LangGraph store over it."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+
+from memharness import AuthError, RemoteMemoryClient, Unavailable
+from tests.integration.test_clients import SCOPE, TENANT, api_server, remote_key  # noqa: F401
+from tests.integration.test_http_api import Server, spare_port
+
+pytestmark = pytest.mark.integration
+
+
+def test_refused_keys_and_other_tenants_raise_auth_errors(
+    api_server: Server,  # noqa: F811
+    db: Any,
+    redis_client: Any,
+) -> None:
+    with (
+        RemoteMemoryClient(api_server.url, "mh_not_a_key") as stranger,
+        pytest.raises(AuthError) as unknown,
+    ):
+        stranger.record("We bill in cents.", **SCOPE)
+    assert (unknown.value.status, unknown.value.field) == (401, "authorization")
+    with RemoteMemoryClient(api_server.url, remote_key(db, scopes="read")) as reader:
+        with pytest.raises(AuthError) as lacking:
+            reader.record("We bill in cents.", **SCOPE)
+        assert (lacking.value.status, lacking.value.field) == (403, "scope")
+        assert reader.tenant_id == TENANT
+    with RemoteMemoryClient(api_server.url, remote_key(db, scopes="read,write")) as writer:
+        # a body naming another tenant is the server's refusal; a read's is the client's
+        with pytest.raises(AuthError) as posted:
+            writer.record("We bill in cents.", **{**SCOPE, "tenant_id": "globex"})
+        with pytest.raises(AuthError) as read:
+            writer.history(uuid.uuid4(), tenant_id="globex")
+        assert {posted.value.field, read.value.field} == {"tenant_id"}
+        with pytest.raises(AuthError) as everything:
+            writer.forget(tenant_id=TENANT, reason="bye", whole_tenant=True)
+        assert everything.value.field == "scope"
+
+
+def test_a_server_that_is_not_there_is_unavailable() -> None:
+    with (
+        RemoteMemoryClient(f"http://127.0.0.1:{spare_port()}", "mh_any") as memory,
+        pytest.raises(Unavailable) as down,
+    ):
+        memory.record("We bill in cents.", **SCOPE)
+    assert down.value.retry_after_s is None
+
+
+def test_a_langgraph_store_over_the_remote_client_puts_and_searches(
+    api_server: Server,  # noqa: F811
+    db: Any,
+    redis_client: Any,
+    workers: Any,
+    settings: Any,
+) -> None:
+    from memharness.integrations.langgraph_store import MemharnessStore
+
+    workers("write")
+    with (
+        RemoteMemoryClient(api_server.url, remote_key(db, scopes="read,write")) as remote,
+        MemharnessStore(
+            remote, tenant_id=TENANT, index={"fields": ["text"]}, settings=settings
+        ) as store,
+    ):
+        store.put(("docs",), "apples", {"text": "The red apple orchard harvest starts in May"})
+        store.put(("docs",), "cars", {"text": "The blue delivery car needs new brake pads"})
+        store.put(("docs",), "apples", {"text": "The red apple orchard harvest starts in June"})
+        found = store.search(("docs",), query="apple orchard harvest")
+        assert [item.key for item in found][:1] == ["apples"] and found[0].score is not None
+        assert found[0].value["text"].endswith("June")
+        assert store.get(("docs",), "cars") is not None
+        store.delete(("docs",), "cars")
+        assert [item.key for item in store.search(("docs",), query="brake pads")] == ["apples"]
+    # the memories went through the API: the key's prefix is the correction's actor
+    actors = db.execute(
+        "SELECT actor FROM memory_events WHERE event IN ('corrected', 'superseded')"
+    ).fetchall()
+    assert actors and all(actor.startswith("api:") for (actor,) in actors)
