@@ -82,3 +82,24 @@ def test_a_langgraph_store_over_the_remote_client_puts_and_searches(
         "SELECT actor FROM memory_events WHERE event IN ('corrected', 'superseded')"
     ).fetchall()
     assert actors and all(actor.startswith("api:") for (actor,) in actors)
+
+
+def test_the_readmes_remote_example_runs(
+    api_server: Server,  # noqa: F811
+    db: Any,
+    redis_client: Any,
+    workers: Any,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("**From Python, with a URL and a key.**", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    workers("write")
+    key = remote_key(db, scopes="read,write")
+    exec(  # the documented example, pointed at this test's server and key
+        code.replace("http://127.0.0.1:8080", api_server.url).replace("mh_...", key), {}
+    )
+    printed = capsys.readouterr().out
+    assert "cents" in printed and printed.rstrip().endswith("limit 100")
