@@ -3,6 +3,7 @@ another tenant, a server that is not there; and the LangGraph store over it."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
@@ -103,3 +104,52 @@ def test_the_readmes_remote_example_runs(
     )
     printed = capsys.readouterr().out
     assert "cents" in printed and printed.rstrip().endswith("limit 100")
+
+
+def test_the_async_remote_client_has_the_sync_ones_calls(
+    api_server: Server,  # noqa: F811
+    db: Any,
+    redis_client: Any,
+    workers: Any,
+) -> None:
+    from memharness import AsyncRemoteMemoryClient
+    from pipelines.errors import NotFound
+    from pipelines.state.models import TaskState
+
+    workers("write")
+    key = remote_key(db)
+
+    async def agent() -> None:
+        async with AsyncRemoteMemoryClient(api_server.url, key) as memory:
+            made = await memory.record_many(
+                [{**SCOPE, "content": "Preference: reports go out as PDF.", "type": "preference"},
+                 {**SCOPE, "content": "We decided to bill in cents because floats lose money."}]
+            )  # fmt: skip
+            ids = [r.memory_id for r in made]
+            assert await memory.wait_until_settled(ids, timeout_s=60) == {"stored": 2}
+            got = await memory.get(ids[1], tenant_id=TENANT)
+            assert got is not None and "cents" in got.content
+            hits = await memory.recall("bill in cents", tenant_id=TENANT)
+            assert str(ids[1]) in {hit["id"] for hit in hits}
+            context = await memory.context("billing", "How do we bill?", 4000, tenant_id=TENANT)
+            assert "cents" in context.text
+            assert await memory.explain(context, tenant_id=TENANT)
+            fixed = await memory.correct(ids[0], "Preference: HTML.", tenant_id=TENANT, reason="r")
+            history = await memory.history(ids[0], tenant_id=TENANT)
+            assert history.current_id == fixed.memory_id
+            receipt = await memory.forget(tenant_id=TENANT, reason="asked", memory_id=ids[1])
+            assert (await memory.forget_status(receipt.request_id, tenant_id=TENANT)).request_id
+            page = await memory.list_memories(TENANT, status="any")
+            assert len(page.items) == 3
+            assert (await memory.stats(TENANT))["memories_stored"] >= 1
+            state = TaskState.model_validate({"phase": "execution", "iteration": 2})
+            saved = await memory.checkpoint(TENANT, "parser", state)
+            resumed = await memory.resume(TENANT, "parser")
+            assert resumed is not None and resumed.checkpoint.checkpoint_id == saved
+            assert await memory.resume(TENANT, "never") is None
+            with pytest.raises(NotFound):
+                await memory.history(uuid.uuid4(), tenant_id=TENANT)
+            with pytest.raises(AuthError):
+                await memory.get(ids[0], tenant_id="globex")
+
+    asyncio.run(agent())
