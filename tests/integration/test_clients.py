@@ -106,6 +106,8 @@ def test_record_recall_context_and_listing(memory, workers) -> None:  # type: ig
     assert counts.memory == 3
     lines = [json.loads(line) for line in out.getvalue().splitlines()]
     assert (lines[0]["kind"], lines[-1]["kind"]) == ("header", "end")
+    golden = [{"query": "How do we store money?", "expected_id": str(first.memory_id)}]
+    assert memory.set_golden_queries(TENANT, golden) == 1
     memory.complete_task(TENANT, "billing")
 
 
@@ -184,6 +186,7 @@ BAD_CALLS: list[tuple[str, Any]] = [
     ("target", lambda m: m.forget(tenant_id=TENANT, reason="no target")),
     ("limit", lambda m: m.list_memories(TENANT, limit=0)),
     ("task_id", lambda m: m.complete_task(TENANT, "")),
+    ("queries[0].query", lambda m: m.set_golden_queries(TENANT, [{"query": ""}])),
 ]
 
 
