@@ -66,8 +66,9 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
-from config import Settings
+from config import Settings, get_settings
 from memharness.client import MemoryClient
+from memharness.integrations.clients import StoreClient
 from memharness.integrations.langgraph_filters import matches, namespace_matches, sql_filter
 from pipelines.errors import Conflict, InvalidInput, NotFound
 from pipelines.records import check_id
@@ -75,7 +76,7 @@ from workers.db import open_pool
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MemharnessStore", "task_for_namespace"]
+__all__ = ["MemharnessStore", "StoreClient", "task_for_namespace"]
 
 KEY_MAX_CHARS = 1024
 # One recall per namespace keeps each namespace's own top hits (a tenant-wide top 100 could
@@ -130,14 +131,16 @@ class MemharnessStore(BaseStore):
     """A LangGraph ``BaseStore`` on memory-harness, bound to one tenant.
 
     ``client`` records and recalls the memories (a new ``MemoryClient(settings)`` when not
-    given, closed with the store); the rows use their own PostgreSQL pool (or ``pool``).
+    given, closed with the store): a ``MemoryClient``, or a ``RemoteMemoryClient`` whose key
+    is ``tenant_id``'s (the memories then go through the HTTP API). The rows use their own
+    PostgreSQL pool (or ``pool``) from ``settings``, so a store needs the database either way.
     """
 
     supports_ttl = True
 
     def __init__(
         self,
-        client: MemoryClient | None = None,
+        client: StoreClient | None = None,
         *,
         tenant_id: str,
         agent_id: str | None = None,
@@ -150,8 +153,12 @@ class MemharnessStore(BaseStore):
         self.tenant_id = str(check_id("tenant_id", tenant_id))
         self.agent_id = check_id("agent_id", agent_id, required=False)
         self._own_client = client is None
-        self._client = client or MemoryClient(settings)
-        self.settings = self._client.settings
+        self._client: StoreClient = client or MemoryClient(settings)
+        # A local client's settings are the store's; a remote one holds none of its own.
+        if isinstance(self._client, MemoryClient):
+            self.settings = self._client.settings
+        else:
+            self.settings = settings or get_settings()
         self._own_pool = pool is None
         self._pool = pool or open_pool(self.settings, name="memharness-langgraph-store")
         self.ttl_config = ttl

@@ -109,3 +109,20 @@ class ForgetBody(Body):
     whole_tenant: bool = Field(
         False, description="Every memory of the key's tenant (needs the admin scope)."
     )
+
+
+class KnowledgeBody(Body):
+    kind: Any = Field(None, description="preference, pattern, mistake, convention, owner, stack.")
+    query: Any = Field(None, description="Keep the items saying some of it, most first.")
+    limit: Any = Field(50, description="At most this many items (1-500).")
+
+
+class ExplainBody(Body):
+    context: dict[str, Any] = Field(description="An assembled context, as /v1/context gave it.")
+
+
+class GoldenQueriesBody(Body):
+    queries: list[Any] = Field(
+        description='Each {"query": ..., "expected_id": ...}: a question and the memory it '
+        "must find in the top K. Replaces the tenant's earlier ones."
+    )

@@ -1,5 +1,6 @@
 """The read calls: ``recall`` (dense search), ``context`` (the budgeted context of the next
-step) and ``affected-by`` (what causal links reach). All run the client's own call in a
+step), ``explain`` (where a context's items came from), ``knowledge`` (the tenant's semantic
+knowledge) and ``affected-by`` (what causal links reach). All run the client's own call in a
 thread; in embedded mode recall and context are answered by the store's owner worker."""
 
 from __future__ import annotations
@@ -7,10 +8,18 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
+from pydantic import ValidationError
 
 from memharness.server.access import ApiError, Reader, own_tenant, runtime_of
-from memharness.server.errors import body
-from memharness.server.models import AffectedBody, ContextBody, ErrorOut, RecallBody
+from memharness.server.errors import body, from_validation
+from memharness.server.models import (
+    AffectedBody,
+    ContextBody,
+    ErrorOut,
+    ExplainBody,
+    KnowledgeBody,
+    RecallBody,
+)
 from memharness.server.routes.memories import json_response
 from memharness.server.strict import StrictRoute
 from pipelines.errors import InvalidInput
@@ -85,3 +94,33 @@ def affected_by(payload: AffectedBody, request: Request, key: Reader) -> Respons
         payload.query, tenant_id=own_tenant(key, payload.tenant_id), max_hops=payload.max_hops
     )
     return json_response(traversal.model_dump(mode="json"))
+
+
+@router.post("/v1/explain", responses=ERRORS, summary="Where a context's items came from")
+def explain(payload: ExplainBody, request: Request, key: Reader) -> Response:
+    """Each item of an assembled context (the JSON ``/v1/context`` answered): the memory it
+    came from (id, level, version) and why it was chosen (how recalled, scores, priority)."""
+    from pipelines.read.assemble import AssembledContext
+
+    try:
+        assembled = AssembledContext.model_validate(payload.context)
+    except ValidationError as exc:
+        raise from_validation(exc, "context") from None
+    items = runtime_of(request).client.explain(
+        assembled, tenant_id=own_tenant(key, payload.tenant_id)
+    )
+    return json_response({"items": [item.model_dump(mode="json") for item in items]})
+
+
+@router.post("/v1/knowledge", responses=ERRORS, summary="The tenant's semantic knowledge")
+def knowledge(payload: KnowledgeBody, request: Request, key: Reader) -> Response:
+    """What consolidation made of the episodes: kind, content, confidence, conditions,
+    sources and status; ``query`` keeps the items saying some of it, the ones saying most
+    first (else the most confident first)."""
+    views = runtime_of(request).client.knowledge(
+        tenant_id=own_tenant(key, payload.tenant_id),
+        kind=payload.kind,
+        query=payload.query,
+        limit=payload.limit,
+    )
+    return json_response({"items": [view.model_dump(mode="json") for view in views]})

@@ -1,4 +1,5 @@
-"""Liveness, readiness and the tenant's write funnel."""
+"""Liveness, readiness, the tenant's write funnel, the key's own identity and the tenant's
+golden queries."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ from typing import Any
 
 from fastapi import APIRouter, Request, Response
 
-from memharness.server.access import Reader, runtime_of
-from memharness.server.models import ErrorOut
+from memharness.server.access import Reader, Writer, own_tenant, runtime_of
+from memharness.server.models import ErrorOut, GoldenQueriesBody
 from memharness.server.routes.memories import json_response
 from memharness.server.strict import StrictRoute
 
@@ -85,3 +86,30 @@ def stats(request: Request, key: Reader) -> Response:
     return json_response(
         {"tenant_id": key.tenant_id, **runtime_of(request).client.stats(key.tenant_id)}
     )
+
+
+@router.get("/v1/whoami", responses=ERRORS, summary="The tenant, agent and scopes of the key")
+def whoami(key: Reader) -> Response:
+    """What a remote client needs to know of its own key: the tenant every call acts for
+    (a client checks a ``tenant_id`` argument against it before a read names none)."""
+    return json_response(
+        {
+            "tenant_id": key.tenant_id,
+            "agent_id": key.agent_id,
+            "scopes": sorted(scope.value for scope in key.scopes),
+        }
+    )
+
+
+@router.put(
+    "/v1/golden-queries",
+    responses=ERRORS,
+    summary="Set the tenant's golden queries (retrieval health)",
+)
+def set_golden_queries(payload: GoldenQueriesBody, request: Request, key: Writer) -> Response:
+    """Replaces the ones set before; until a tenant sets some, they are drawn from its
+    memories."""
+    count = runtime_of(request).client.set_golden_queries(
+        own_tenant(key, payload.tenant_id), payload.queries
+    )
+    return json_response({"count": count})

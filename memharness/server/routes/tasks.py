@@ -18,7 +18,7 @@ from memharness.server.routes.memories import json_response
 from memharness.server.strict import StrictRoute
 from pipelines.errors import CheckpointFormatError, InvalidInput, NotFound
 from pipelines.records import check_id
-from pipelines.state.models import TaskState
+from pipelines.state.models import TaskCheckpoint, TaskState
 
 router = APIRouter(tags=["tasks"], route_class=StrictRoute)
 
@@ -38,6 +38,14 @@ def _checkpoint_id(value: str) -> uuid.UUID:
         return uuid.UUID(value)
     except ValueError:
         raise InvalidInput("checkpoint_id", f"is not a UUID: {value[:40]!r}") from None
+
+
+def _checkpoint_json(checkpoint: TaskCheckpoint) -> dict[str, Any]:
+    """A checkpoint as JSON, its working memory included (the state's own JSON leaves it out:
+    the checkpoint format stores it compressed)."""
+    data = checkpoint.model_dump(mode="json")
+    data["state"]["working_memory"] = checkpoint.state.working_memory.model_dump(mode="json")
+    return data
 
 
 def _unreadable(exc: CheckpointFormatError) -> ApiError:
@@ -119,12 +127,11 @@ def resume(
         ) from None
     if result is None:
         raise NotFound("task_id", task)
-    state = result.resumed.model_dump(mode="json")
-    state["state"]["working_memory"] = result.working_memory.model_dump(mode="json")
     return json_response(
         {
             "checkpoint_id": str(result.checkpoint.checkpoint_id),
-            "resumed": state,
+            "checkpoint": _checkpoint_json(result.checkpoint),
+            "resumed": _checkpoint_json(result.resumed),
             "fell_back_from": [
                 {"checkpoint_id": str(f.checkpoint_id), "reason": f.reason}
                 for f in result.fell_back_from
