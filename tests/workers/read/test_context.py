@@ -405,3 +405,30 @@ def test_a_second_read_of_the_same_rows_asks_only_for_the_new_ones(db, pool) -> 
     assert second[1].content == "Invoices stay in PostgreSQL."
     # and another scope on the same recaller reads its own rows
     assert recall.fetch([theirs], RecallScope(tenant_id="other", task_id="billing", now=NOW))
+
+
+def test_a_summary_no_shorter_than_its_live_sources_is_left_to_them(db, pool) -> None:  # type: ignore[no-untyped-def]
+    # given two turns, a summary about as long as both, and a summary much shorter
+    a = insert(db, "We ship the invoices service on Friday after the load test passes.")
+    b = insert(db, "The load test runs on Thursday night against the staging cluster.")
+    copy_id, short_id = uuid.uuid4(), uuid.uuid4()
+    for row_id, text in (
+        (copy_id, "Ship invoices service Friday after load test passes. Load test Thursday "
+                  "night against staging cluster."),
+        (short_id, "Invoices ship Friday."),
+    ):  # fmt: skip
+        db.execute(
+            "INSERT INTO memories (id, tenant_id, task_id, session_id, ts, content, "
+            "content_hash, status, level, parent_ids) VALUES (%s, 'acme', 'billing', 's-1', "
+            "%s, %s, '\\x00', 'stored', 1, ARRAY[%s, %s]::uuid[])",
+            (row_id, NOW, text, a, b),
+        )
+    ids = [a, b, str(copy_id), str(short_id)]
+
+    # when both sources are stored, the near-copy is not read; the short summary is
+    with PostgresRecall(pool, versions_from_rows=True) as recall:
+        assert {v.id for v in recall.fetch(ids, SCOPE)} == {a, b, str(short_id)}
+    # and once a source is evicted, the near-copy carries what it said and is read again
+    db.execute("UPDATE memories SET status = 'evicted' WHERE id = %s", (b,))
+    with PostgresRecall(pool, versions_from_rows=True) as recall:
+        assert {v.id for v in recall.fetch(ids, SCOPE)} == {a, str(copy_id), str(short_id)}
