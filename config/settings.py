@@ -352,6 +352,11 @@ class Settings(BaseSettings):
     index_batch_size: int = Field(
         1000, ge=10, le=20000, description="Points per batch of rebuilds and reconciliation."
     )
+    index_restore_step_s: float = Field(
+        2.0,
+        gt=0,
+        description="Seconds one step of an index restore re-embeds before it requeues itself.",
+    )
 
     # -- the HTTP API and its keys ----------------------------------------------------------
     api_host: str = Field(

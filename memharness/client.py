@@ -63,6 +63,7 @@ if TYPE_CHECKING:
     from celery import Celery
 
     from pipelines.read.assemble import AssembledContext
+    from pipelines.read.hits import RecallHits
     from pipelines.read.recall import KnowledgeView
     from workers.read.affected import Traversal
 
@@ -368,8 +369,13 @@ class MemoryClient(Owning):
         task_id: str | None = None,
         limit: int = 5,
         timeout_s: float = 10.0,
-    ) -> list[dict[str, Any]]:
-        """Dense recall inside the tenant's scope, answered by the store's owner process."""
+    ) -> RecallHits:
+        """Dense recall inside the tenant's scope, answered by the store's owner process.
+
+        A list of hits; its ``degraded`` is True while the vector index is known to miss
+        stored memories (being restored from PostgreSQL): the hits then include PostgreSQL's
+        keyword matches, so an incomplete index never answers a silent empty list."""
+        from pipelines.read.hits import recall_hits
         from pipelines.read.request import QUERY_MAX_BYTES
 
         check_id("tenant_id", tenant_id)
@@ -385,8 +391,7 @@ class MemoryClient(Owning):
             task_id=task_id,
             limit=limit,
         )
-        hits: list[dict[str, Any]] = _answer(result, timeout_s)
-        return hits
+        return recall_hits(_answer(result, timeout_s))
 
     def knowledge(
         self,

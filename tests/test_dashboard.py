@@ -59,6 +59,9 @@ METRICS: dict[str, str] = {
     "memharness_workers_up": "gauge",
     "memharness_index_points": "gauge",
     "memharness_index_drift_ratio": "gauge",
+    "memharness_index_missing_points": "gauge",
+    "memharness_index_degraded": "gauge",
+    "memharness_degraded_reads_total": "counter",
     "memharness_health_up": "gauge",
 }
 FAMILIES = {
@@ -82,7 +85,8 @@ FAMILIES = {
     "Queues, tasks and the index": {
         "memharness_queue_depth", "memharness_task_seconds", "memharness_task_failures_total",
         "memharness_workers_up", "memharness_index_points", "memharness_index_drift_ratio",
-        "memharness_health_up",
+        "memharness_index_missing_points", "memharness_index_degraded",
+        "memharness_degraded_reads_total", "memharness_health_up",
     },
 }  # fmt: skip
 _HISTOGRAM_SERIES = ("_bucket", "_count", "_sum")

@@ -9,7 +9,8 @@ app from the environment's settings.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Container
+from typing import TYPE_CHECKING, Any
 
 from celery import Celery
 from celery.signals import (
@@ -23,6 +24,9 @@ from kombu import Exchange, Queue
 
 from config import Settings, get_settings
 from workers.queues import CeleryQueue
+
+if TYPE_CHECKING:
+    from workers.clients import Clients
 
 log = logging.getLogger(__name__)
 
@@ -161,8 +165,36 @@ def _warm_process_clients(**_: object) -> None:
         except Exception as exc:  # a store still starting: the first call builds them
             log.warning("read path not warmed at start: %s", exc)
     tune_gc()
+    # Before the read slot serves: a collection found short (its directory lost while the
+    # owner was down) is marked so at once, and its restore starts.
+    _measure_indexes(clients, consumed)
     if serves_reads() and not _read_slot_in_main:
         _start_read_slot()
+
+
+def _measure_indexes(clients: Clients, consumed: Container[str]) -> None:
+    """In the process that runs index maintenance (the store's owner, embedded; a
+    maintenance worker with a Qdrant server): measure each collection against PostgreSQL,
+    so that reads over a short one say so from the first (``workers.index.completeness``;
+    ``workers.index.tasks`` then starts its restore)."""
+    from workers.index.completeness import measure_index
+    from workers.index.targets import KINDS
+    from workers.queues import index_queue
+
+    if index_queue(clients.settings).value not in consumed:
+        return
+    try:
+        for kind in KINDS:
+            state = measure_index(clients, kind)
+            log.info(
+                "index %s at start: %s points, %s live rows, %s missing",
+                kind,
+                state.indexed,
+                state.live,
+                state.missing,
+            )
+    except Exception as exc:  # PostgreSQL or Redis still starting: the index check covers it
+        log.warning("index not measured at start: %s", exc)
 
 
 @worker_ready.connect

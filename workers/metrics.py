@@ -153,6 +153,13 @@ class Metrics:
             ["task"],
             registry=None,
         )
+        self.degraded_reads: Counter = Counter(
+            "memharness_degraded_reads",
+            "Reads answered while the episodic index was known to miss live rows (keyword "
+            "hits added), by call.",
+            ["call"],
+            registry=None,
+        )
         self.golden_runs: Counter = Counter(
             "memharness_golden_runs",
             "Golden-query runs by tenant and outcome (passed, failed, empty).",
@@ -321,6 +328,13 @@ def observe_task(name: str, outcome: str, seconds: float) -> None:
     m.task_seconds.labels(task=name).observe(seconds)
     if outcome in ("failed", "timed_out"):
         m.task_failures.labels(task=name).inc()
+
+
+def count_degraded_read(call: str) -> None:
+    """A recall() or context() answered over an index known to be short."""
+    m = _metrics or _build()
+    if m.enabled:
+        m.degraded_reads.labels(call=call).inc()
 
 
 def count_golden_run(tenant_id: str, outcome: str) -> None:

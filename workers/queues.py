@@ -49,11 +49,13 @@ class TaskName(StrEnum):
     OWNER_COMPACT_INDEX = "memory.embed.compact_index"
     OWNER_RECONCILE_INDEX = "memory.embed.reconcile_index"
     OWNER_REEMBED_STEP = "memory.embed.reembed_step"
+    OWNER_RESTORE_INDEX = "memory.embed.restore_index"
     SERVER_CHECK_INDEX = "memory.maintenance.check_index"
     SERVER_REBUILD_INDEX = "memory.maintenance.rebuild_index"
     SERVER_COMPACT_INDEX = "memory.maintenance.compact_index"
     SERVER_RECONCILE_INDEX = "memory.maintenance.reconcile_index"
     SERVER_REEMBED_STEP = "memory.maintenance.reembed_step"
+    SERVER_RESTORE_INDEX = "memory.maintenance.restore_index"
     # operations: golden queries on quality, index counts on the store's owner
     GOLDEN_QUERIES = "memory.quality.golden_queries"
     INDEX_COUNTS = "memory.recall.index_counts"
@@ -75,6 +77,8 @@ class IndexJob(StrEnum):
     COMPACT = "compact_index"
     RECONCILE = "reconcile_index"
     REEMBED_STEP = "reembed_step"
+    # A collection found short of PostgreSQL, restored step by step while reads go on.
+    RESTORE = "restore_index"
 
     def task(self, settings: Settings) -> TaskName:
         """The task of this job in ``settings``' deployment."""

@@ -74,6 +74,8 @@ class Hit(BaseModel):
 
 class RecallAnswer(BaseModel):
     hits: list[Hit]
+    # The vector index is known to miss stored memories: the hits hold keyword matches too.
+    degraded: bool = False
 
 
 class PartitionSummary(BaseModel):
@@ -94,6 +96,7 @@ class ContextAnswer(BaseModel):
     partitions: list[PartitionSummary]
     focus: list[str]
     memory_ids: list[str]
+    degraded: bool = False
 
 
 class CheckpointSaved(BaseModel):
@@ -172,7 +175,10 @@ class MemoryTools:
             limit=limit,
             timeout_s=self.recall_timeout_s,
         )
-        return RecallAnswer(hits=[Hit.model_validate(hit) for hit in hits])
+        return RecallAnswer(
+            hits=[Hit.model_validate(hit) for hit in hits],
+            degraded=getattr(hits, "degraded", False),
+        )
 
     def get_context(
         self,
@@ -210,6 +216,7 @@ class MemoryTools:
             partitions=partitions,
             focus=[ranked.kind.value for ranked in context.focus.kinds],
             memory_ids=[item.id for item in retrieved.items] if retrieved else [],
+            degraded=context.degraded,
         )
 
     def checkpoint(

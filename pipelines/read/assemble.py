@@ -126,6 +126,9 @@ class AssembledContext(BaseModel):
     partitions: tuple[PartitionContent, ...]
     focus: FocusDirective
     retrieval: RetrievalResult | None = None
+    # The vector index was known to miss stored memories (being restored from PostgreSQL):
+    # dense recall saw part of them, keyword and temporal recall all of them.
+    degraded: bool = False
 
     def partition(self, name: Partition) -> PartitionContent:
         return next(p for p in self.partitions if p.name is name)

@@ -15,7 +15,7 @@ import pytest
 
 from tests.integration.test_http_api import spawn_server, stop_server
 from workers.adapters import build_vector_index
-from workers.index.targets import EPISODIC, alias_name
+from workers.index.targets import EPISODIC, LOCK_KEY, alias_name
 from workers.publish import publish
 from workers.queues import TaskName
 
@@ -59,7 +59,7 @@ def health(*extra: str) -> tuple[int, dict]:  # type: ignore[type-arg]
 
 
 def test_golden_queries_catch_points_deleted_behind_the_systems_back(
-    client, workers, settings, db, tmp_path
+    client, workers, settings, db, redis_client, tmp_path
 ):  # type: ignore[no-untyped-def]
     # given 25 stored memories, an owner and a quality worker, and golden queries drawn
     owner = workers("owner")
@@ -76,7 +76,10 @@ def test_golden_queries_catch_points_deleted_behind_the_systems_back(
     assert code == 0, report
 
     # when the owner stops, this test opens the store and deletes most points, and the
-    # owner starts again
+    # owner starts again while another maintenance job holds the collection (the owner's
+    # restore of the missing points waits for it)
+    lock = LOCK_KEY.format(alias=alias_name(settings, EPISODIC))
+    redis_client.set(lock, "another-job", ex=300)
     owner.stop()
     index = build_vector_index(settings)
     try:
@@ -87,7 +90,7 @@ def test_golden_queries_catch_points_deleted_behind_the_systems_back(
         assert index.count(physical) == len(ids) - len(doomed)
     finally:
         index.close()
-    workers("owner")
+    restarted = workers("owner")
 
     # then the next golden run misses the deleted memories, and health fails
     broken = run_golden(settings)["tenants"]["acme"]
@@ -122,8 +125,18 @@ def test_golden_queries_catch_points_deleted_behind_the_systems_back(
         scraped = httpx.get(f"{server.url}/metrics", timeout=30).text
         line = next(x for x in scraped.splitlines() if x.startswith("memharness_golden_hit_ratio{"))
         assert float(line.split()[-1]) == pytest.approx(broken["hit_ratio"], abs=1e-6)
+        # and the owner's measurement at its start: the collection is known short
+        assert 'memharness_index_degraded{kind="episodic"} 1.0' in scraped
     finally:
         stop_server(server)
+
+    # when the other job releases the collection, then the owner's restore makes it whole
+    # and the golden queries pass again
+    redis_client.delete(lock)
+    deadline = time.monotonic() + 60
+    while run_golden(settings)["tenants"]["acme"]["hit_ratio"] < 0.8:
+        assert time.monotonic() < deadline, restarted.log_tail(40)
+        time.sleep(1)
 
 
 def test_golden_queries_set_by_the_user_are_checked(client, db):  # type: ignore[no-untyped-def]

@@ -138,7 +138,7 @@ def test_a_pickled_message_on_the_read_slot_is_refused(workers, settings) -> Non
     plain = app.send_task("memory.recall.search", kwargs=query, queue="recall")
 
     # then only the JSON one is answered, and the owner says why it refused the other
-    assert plain.get(timeout=30) == []
+    assert plain.get(timeout=30) == {"hits": [], "degraded": False}
     assert pickled.state == "PENDING"
     log = owner.log_text()
     assert "refused a message on recall" in log and "untrusted content" in log

@@ -19,6 +19,7 @@ from workers import metrics
 from workers.clients import Clients
 from workers.health.endpoint import registry_for
 from workers.health.golden import count_points, run_golden_queries
+from workers.index.completeness import measure_index
 from workers.write.drain import drain_writes
 
 # The names alert rules and the dashboard are written against (docs/monitoring.md).
@@ -34,7 +35,8 @@ CONTRACT = {
     "memharness_compression_rollbacks_total", "memharness_compression_resistant",
     "memharness_capacity_ratio", "memharness_queue_depth", "memharness_task_seconds",
     "memharness_task_failures_total", "memharness_workers_up", "memharness_index_points",
-    "memharness_index_drift_ratio", "memharness_health_up",
+    "memharness_index_drift_ratio", "memharness_health_up", "memharness_index_missing_points",
+    "memharness_index_degraded", "memharness_degraded_reads_total",
 }  # fmt: skip
 
 
@@ -67,6 +69,9 @@ def test_every_name_of_the_contract_is_exposed(ctx, db, settings) -> None:  # ty
         "VALUES (gen_random_uuid(), 'quality', now(), '{\"fact_recall_mean\": 0.91}')"
     )
     run_golden_queries(ctx, "acme", search=lambda t, q, k: [], points=count_points(ctx))
+    measure_index(ctx, "episodic")
+    measure_index(ctx, "semantic")
+    metrics.count_degraded_read("recall")
     metrics.count_rollbacks(1)
     metrics.observe_sweep("decay", 0.01)
     metrics.observe_task("memory.write.drain", "failed", 0.02)
@@ -88,6 +93,10 @@ def test_every_name_of_the_contract_is_exposed(ctx, db, settings) -> None:  # ty
     assert points == {"episodic": 1.0, "semantic": 0.0}
     drift = {s.labels["kind"]: s.value for s in names["memharness_index_drift_ratio"]}
     assert drift == {"episodic": 0.0, "semantic": 0.0}
+    missing = {s.labels["kind"]: s.value for s in names["memharness_index_missing_points"]}
+    assert missing == {"episodic": 0.0, "semantic": 0.0}
+    degraded = {s.labels["kind"]: s.value for s in names["memharness_index_degraded"]}
+    assert degraded == {"episodic": 0.0, "semantic": 0.0}
     memories = {
         (s.labels["level"], s.labels["status"]): s.value for s in names["memharness_memories"]
     }

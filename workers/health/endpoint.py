@@ -107,6 +107,21 @@ class ScrapeCollector:
             for kind, ratio in sorted(figures.drift().items()):
                 drift.add_metric([kind], ratio)
             out += [points, drift]
+        if figures.index_states is not None:
+            missing = gauge(
+                "memharness_index_missing_points",
+                "Live rows the collection has no point for, as the owner last measured.",
+                ["kind"],
+            )
+            degraded = gauge(
+                "memharness_index_degraded",
+                "1 while the collection is known to miss live rows (reads add keyword hits).",
+                ["kind"],
+            )
+            for kind, state in sorted(figures.index_states.items()):
+                missing.add_metric([kind], state.missing)
+                degraded.add_metric([kind], 1.0 if state.degraded else 0.0)
+            out += [missing, degraded]
         if figures.llm_usage is not None:
             # Read from the ledger's totals, which only grow: a counter that survives every
             # restart and counts every process's calls (each endpoint exports the same sums).

@@ -15,6 +15,7 @@ import redis
 
 from config import Settings
 from pipelines.health.signals import drift_ratio, reason_class
+from workers.index.completeness import IndexState, read_states
 from workers.ledger import LedgerRow, read_totals
 from workers.queues import CeleryQueue
 
@@ -82,6 +83,8 @@ class Figures:
     golden: dict[str, tuple[float | None, float | None, float]] = field(default_factory=dict)
     index_points: dict[str, int] | None = None
     index_rows: dict[str, int] | None = None
+    # The owner's last measurement of each collection against PostgreSQL (Redis).
+    index_states: dict[str, IndexState] | None = None
     queue_depth: dict[str, int] = field(default_factory=dict)
     llm_usage: list[LedgerRow] | None = None
     workers_up: int | None = None
@@ -239,6 +242,7 @@ class FigureReader:
             figures.queue_depth = {
                 q.value: int(n) for q, n in zip(CeleryQueue, depths, strict=True)
             }
+            figures.index_states = read_states(client, self.settings)
         except redis.RedisError as exc:
             figures.redis_error = f"{type(exc).__name__}: {exc}"[:300]
             self.close()

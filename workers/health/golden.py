@@ -197,15 +197,22 @@ def owner_search(ctx: Clients, timeout_s: float) -> Search:
             return [h["id"] for h in hits]
 
         return local
+    from pipelines.read.hits import recall_hits
     from workers.app import get_app
 
     app = get_app(ctx.settings)
 
     def remote(tenant_id: str, query: str, limit: int) -> list[str]:
+        # The index itself: keyword hits added over a short index would hide its damage.
         result = publish(
-            TaskName.RECALL_SEARCH, app=app, tenant_id=tenant_id, query=query, limit=limit
+            TaskName.RECALL_SEARCH,
+            app=app,
+            tenant_id=tenant_id,
+            query=query,
+            limit=limit,
+            fallback=False,
         )
-        hits = result.get(timeout=timeout_s, disable_sync_subtasks=False)
+        hits = recall_hits(result.get(timeout=timeout_s, disable_sync_subtasks=False))
         return [h["id"] for h in hits]
 
     return remote

@@ -24,8 +24,9 @@ from pipelines.read.budget import Partition
 from pipelines.read.focus import decide_focus
 from pipelines.read.recall import Recallers, RecallScope
 from workers.clients import Clients
+from workers.index.completeness import index_degraded
 from workers.index.targets import EPISODIC, dense_search_target
-from workers.metrics import observe_context, recording
+from workers.metrics import count_degraded_read, observe_context, recording
 from workers.read.request import ContextCall, layout_of
 from workers.read.semantic import KnowledgeRecall
 from workers.read.sql import versions_from_rows
@@ -82,10 +83,14 @@ def assemble_for(
     # The dense search fuses in the step's context (phase and focus), so the focus is decided
     # here first and handed to build_context (one decision, one LLM call).
     focus = decide_focus(request.query, phase=request.phase, focus=request.focus, llm=remote)
+    dense_target = dense_search_target(clients, EPISODIC)
+    # Known short (or out for a re-embed run): the context says so; its keyword and temporal
+    # recalls read PostgreSQL, which is whole.
+    degraded = dense_target is None or index_degraded(clients, EPISODIC)
     dense = VectorRecall(
         clients.vectors,
         clients.embedder,
-        clients.episodic_collection if dense_search_target(clients, EPISODIC) is not None else None,
+        clients.episodic_collection if dense_target is not None else None,
         clients.vector_lock,
         fusion=(
             query_context_text(request.phase, [item.kind.value for item in focus.kinds]),
@@ -108,6 +113,9 @@ def assemble_for(
             layout=layout_of(clients.settings),
             timings=timings,
         )
+    if degraded:
+        context = context.model_copy(update={"degraded": True})
+        count_degraded_read("context")
     if timings is not None:
         timings["total"] = perf_counter() - started
         observe_assembled(context, timings)

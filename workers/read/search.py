@@ -20,7 +20,10 @@ from pipelines.index.vectors import CODE_VECTOR, VectorHit, embed_queries
 from pipelines.read.config import DEFAULT_CONFIG, RRF_K
 from pipelines.text.code import looks_like_code
 from workers.clients import Clients
+from workers.index.completeness import index_degraded
 from workers.index.targets import EPISODIC, dense_search_target
+from workers.metrics import count_degraded_read
+from workers.read.fallback import fuse_hits, keyword_hits
 
 # Hits fetched past ``limit``: a row corrected or forgotten a moment ago (its point not purged
 # yet) is skipped without shortening the answer, and hits tied at the cut are ordered by id
@@ -110,3 +113,28 @@ def search(
             }
         )
     return results
+
+
+def search_answer(
+    ctx: Clients,
+    *,
+    tenant_id: str,
+    query: str,
+    task_id: str | None,
+    limit: int,
+    fallback: bool = True,
+) -> dict[str, Any]:
+    """``recall()``'s answer: the hits and whether the index behind them is ``degraded``.
+
+    Degraded (the collection known to miss live rows, or dense recall out during a re-embed
+    run), the dense hits are fused with PostgreSQL's keyword hits (``workers.read.fallback``):
+    an agent is never told it remembers nothing because the derived index is not whole.
+    ``fallback=False`` leaves them out: the golden queries measure the index itself, and
+    keyword hits would hide the damage they are there to catch."""
+    degraded = index_degraded(ctx, EPISODIC) or dense_search_target(ctx, EPISODIC) is None
+    hits = search(ctx, tenant_id=tenant_id, query=query, task_id=task_id, limit=limit)
+    if degraded and fallback:
+        count_degraded_read("recall")
+        keyword = keyword_hits(ctx, tenant_id=tenant_id, query=query, task_id=task_id, limit=limit)
+        hits = fuse_hits(hits, keyword, limit)
+    return {"hits": hits, "degraded": degraded}

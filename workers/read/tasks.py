@@ -11,7 +11,7 @@ from typing import Any
 from workers.clients import get_clients
 from workers.queues import TaskName
 from workers.read.context import context_answer
-from workers.read.search import search
+from workers.read.search import search_answer
 from workers.read.slot import after_reply
 from workers.read.touch import publish_touch, touch_memories
 from workers.tasking import memharness_task
@@ -21,9 +21,21 @@ from workers.tasking import memharness_task
 # owner a Redis round trip and wake the caller once for nothing.
 @memharness_task(TaskName.RECALL_SEARCH, ignore_result=False, track_started=False)
 def search_task(
-    tenant_id: str, query: str, task_id: str | None = None, limit: int = 5
-) -> list[dict[str, Any]]:
-    return search(get_clients(), tenant_id=tenant_id, query=query, task_id=task_id, limit=limit)
+    tenant_id: str,
+    query: str,
+    task_id: str | None = None,
+    limit: int = 5,
+    fallback: bool = True,
+) -> dict[str, Any]:
+    """``{"hits": [...], "degraded": bool}`` (``workers.read.search.search_answer``)."""
+    return search_answer(
+        get_clients(),
+        tenant_id=tenant_id,
+        query=query,
+        task_id=task_id,
+        limit=limit,
+        fallback=fallback,
+    )
 
 
 # No retries: an agent waits on this answer, and a retry with backoff would outlast its

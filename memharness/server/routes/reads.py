@@ -58,7 +58,9 @@ def recall(payload: RecallBody, request: Request, key: Reader) -> Response:
         raise
     except ResultTimeout:
         raise _timeout("recall", timeout_s) from None
-    return json_response({"hits": hits})
+    # degraded: the vector index is known to miss stored memories (being restored); the
+    # hits then hold PostgreSQL's keyword matches besides the dense ones.
+    return json_response({"hits": hits, "degraded": hits.degraded})
 
 
 @router.post("/v1/context", responses=ERRORS, summary="The context of the next step")

@@ -25,10 +25,12 @@ PINNED = {
     "memory.embed.rebuild_index": "embed",
     "memory.embed.compact_index": "embed",
     "memory.embed.reconcile_index": "embed",
+    "memory.embed.restore_index": "embed",
     "memory.maintenance.check_index": "maintenance",
     "memory.maintenance.rebuild_index": "maintenance",
     "memory.maintenance.compact_index": "maintenance",
     "memory.maintenance.reconcile_index": "maintenance",
+    "memory.maintenance.restore_index": "maintenance",
 }
 
 
@@ -95,7 +97,12 @@ def test_the_task_bodies_run_in_the_owner(owner, db) -> None:  # type: ignore[no
 
     # then each reports on the collections it touched
     assert checked["episodic"]["points"] == 0
-    assert checked["semantic"] == {"collection": "memharness_semantic", "exists": False}
+    semantic = dict(checked["semantic"])
+    completeness = semantic.pop("completeness")
+    assert semantic == {"collection": "memharness_semantic", "exists": False}
+    # and the check measured each collection against PostgreSQL: nothing live, nothing short
+    assert (completeness["live"], completeness["missing"]) == (0, 0)
+    assert not completeness["restore_started"]
     assert reconciled["episodic"]["live"] == 0
     assert compacted["episodic"]["collection"] == spec.alias
     assert rebuilt["new"] == f"{spec.alias}__g2"
