@@ -54,6 +54,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     from memharness.aio import AsyncMemoryClient
     from memharness.client import MemoryClient
     from memharness.server.logs import redact_access_log
+    from memharness.server.ready import OwnerProbe
 
     redact_access_log()
     runtime: Runtime = app.state.runtime
@@ -73,6 +74,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     runtime.limiter = RateLimiter(
         runtime.redis, rate_per_s=settings.api_rate_limit_per_s, burst=settings.api_rate_limit_burst
     )
+    runtime.owner_probe = OwnerProbe(settings)
     runtime.client = MemoryClient(settings)
     runtime.aclient = await AsyncMemoryClient(settings).open()
     runtime.toucher = asyncio.create_task(runtime.resolver.touch_forever())

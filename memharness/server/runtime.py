@@ -1,6 +1,6 @@
 """What one server process holds, built once in the app's lifespan: the clients (one
 ``MemoryClient`` for the calls that run in threads, one ``AsyncMemoryClient`` for ``record``
-on the event loop), the key resolver and the rate limiter."""
+on the event loop), the key resolver, the rate limiter and the store owner's probe."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from memharness.client import MemoryClient
     from memharness.server.auth import KeyResolver
     from memharness.server.ratelimit import RateLimiter
+    from memharness.server.ready import OwnerProbe
 
 
 @dataclass
@@ -24,6 +25,7 @@ class Runtime:
     aclient: AsyncMemoryClient = field(init=False)
     resolver: KeyResolver = field(init=False)
     limiter: RateLimiter = field(init=False)
+    owner_probe: OwnerProbe = field(init=False)
     key_pool: Any = field(init=False)
     redis: Any = field(init=False)
     toucher: asyncio.Task[None] | None = None
