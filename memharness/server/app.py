@@ -34,7 +34,7 @@ from memharness.server.errors import (
     unavailable_headers,
 )
 from memharness.server.gate import BodyTooLarge, Gate, too_large_body
-from memharness.server.ratelimit import RateLimiter
+from memharness.server.ratelimit import ADDRESS_BUCKET_KEY, RateLimiter
 from memharness.server.routes import memories, own, reads, system, tasks
 from memharness.server.runtime import Runtime
 from pipelines.errors import Conflict, InvalidInput, NotFound
@@ -54,6 +54,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     from memharness.aio import AsyncMemoryClient
     from memharness.client import MemoryClient
     from memharness.server.logs import redact_access_log
+    from memharness.server.metrics_port import start_metrics_endpoint
     from memharness.server.ready import OwnerProbe
 
     redact_access_log()
@@ -74,13 +75,22 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     runtime.limiter = RateLimiter(
         runtime.redis, rate_per_s=settings.api_rate_limit_per_s, burst=settings.api_rate_limit_burst
     )
+    runtime.address_limiter = RateLimiter(
+        runtime.redis,
+        rate_per_s=settings.api_unauthenticated_rate_per_s,
+        burst=settings.api_unauthenticated_burst,
+        bucket=ADDRESS_BUCKET_KEY,
+    )
     runtime.owner_probe = OwnerProbe(settings)
     runtime.client = MemoryClient(settings)
     runtime.aclient = await AsyncMemoryClient(settings).open()
     runtime.toucher = asyncio.create_task(runtime.resolver.touch_forever())
+    runtime.metrics_endpoint = start_metrics_endpoint(settings)
     try:
         yield
     finally:
+        if runtime.metrics_endpoint is not None:
+            runtime.metrics_endpoint.stop()
         await stop_toucher(runtime.toucher, runtime.resolver)
         await runtime.aclient.close()
         runtime.client.close()

@@ -106,7 +106,7 @@ def test_golden_queries_catch_points_deleted_behind_the_systems_back(
     assert row[0] == pytest.approx(broken["hit_ratio"])
     # and the API: /readyz says the process can serve (quality is not reachability),
     # /metrics carries the hit rate the alerts fire on
-    server = spawn_server(tmp_path, "api", {})
+    server = spawn_server(tmp_path, "api", {"MEMHARNESS_API_METRICS_KEY": "scrape-token"})
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -122,7 +122,9 @@ def test_golden_queries_catch_points_deleted_behind_the_systems_back(
         assert ready.json() == {
             "status": "ready", "postgres": "ok", "redis": "ok", "store_owner": "ok"
         }  # fmt: skip
-        scraped = httpx.get(f"{server.url}/metrics", timeout=30).text
+        scraped = httpx.get(
+            f"{server.url}/metrics", headers={"Authorization": "Bearer scrape-token"}, timeout=30
+        ).text
         line = next(x for x in scraped.splitlines() if x.startswith("memharness_golden_hit_ratio{"))
         assert float(line.split()[-1]) == pytest.approx(broken["hit_ratio"], abs=1e-6)
     finally:

@@ -92,7 +92,13 @@ def stop_server(server: Server) -> None:
 def servers(migrated, tmp_path_factory) -> Iterator[dict[str, Server]]:  # type: ignore[no-untyped-def]
     tmp = tmp_path_factory.mktemp("api")
     main = spawn_server(
-        tmp, "main", {"MEMHARNESS_API_RATE_LIMIT_PER_S": "0", "MEMHARNESS_API_KEY_CACHE_S": "0.5"}
+        tmp,
+        "main",
+        {
+            "MEMHARNESS_API_RATE_LIMIT_PER_S": "0",
+            "MEMHARNESS_API_UNAUTHENTICATED_RATE_PER_S": "0",
+            "MEMHARNESS_API_KEY_CACHE_S": "0.5",
+        },
     )
     strict = spawn_server(
         tmp,
