@@ -170,8 +170,11 @@ class Settings(BaseSettings):
 
     # -- Flower ----------------------------------------------------------------------------
     flower_port: int = Field(5555, description="Port of Flower in `make demo`.")
-    flower_basic_auth: SecretStr = Field(
-        SecretStr("admin:change-me"), description="Flower basic auth, user:password."
+    flower_basic_auth: SecretStr | None = Field(
+        None,
+        description="Flower basic auth, user:password (12+ characters, no default or "
+        "guessable password: refused at start). Unset: `make demo` makes a random one per run "
+        "and prints it.",
     )
 
     # -- background cognition --------------------------------------------------------------
