@@ -19,7 +19,6 @@ if TYPE_CHECKING:
     from celery.result import AsyncResult
 
     from config import Settings
-    from memharness.server.runtime import Runtime
 
 # A probe answers well within a load balancer's usual 5 s probe timeout.
 READY_TIMEOUT_S = 2.0
@@ -36,14 +35,14 @@ class OwnerProbe:
     a Qdrant server, the server's own ``/readyz``."""
 
     def __init__(self, settings: Settings, timeout_s: float = READY_TIMEOUT_S) -> None:
-        self._settings = settings
+        self.settings = settings
         self._timeout_s = timeout_s
         self._lock = threading.Lock()
         self._pending: tuple[AsyncResult[Any], float] | None = None
 
     def check(self) -> str:
         """``"ok"`` or why not (blocking: run it in a thread)."""
-        if not self._settings.store_is_embedded:
+        if not self.settings.store_is_embedded:
             return self._check_server()
         with self._lock:
             return self._check_owner()
@@ -57,7 +56,7 @@ class OwnerProbe:
 
         now = time.monotonic()
         if self._pending is None or now - self._pending[1] > PROBE_REUSE_S:
-            self._pending = (publish(TaskName.INDEX_COUNTS, app=get_app(self._settings)), now)
+            self._pending = (publish(TaskName.INDEX_COUNTS, app=get_app(self.settings)), now)
         result = self._pending[0]
         try:
             result.get(timeout=self._timeout_s, disable_sync_subtasks=False)
@@ -72,11 +71,11 @@ class OwnerProbe:
     def _check_server(self) -> str:
         import httpx
 
-        key = self._settings.qdrant_api_key
+        key = self.settings.qdrant_api_key
         headers = {"api-key": key.get_secret_value()} if key is not None else {}
         try:
             answer = httpx.get(
-                f"{self._settings.qdrant_url.rstrip('/')}/readyz",
+                f"{self.settings.qdrant_url.rstrip('/')}/readyz",
                 headers=headers,
                 timeout=self._timeout_s,
             )
@@ -85,31 +84,32 @@ class OwnerProbe:
         return OK if answer.status_code == 200 else f"Qdrant answered {answer.status_code}"
 
 
-async def _postgres(runtime: Runtime) -> str:
+async def _postgres(pool: Any) -> str:
     try:
         async with asyncio.timeout(READY_TIMEOUT_S):
-            async with runtime.key_pool.connection() as conn:
+            async with pool.connection() as conn:
                 await conn.execute("SELECT 1")
     except Exception as exc:
         return type(exc).__name__
     return OK
 
 
-async def _redis(runtime: Runtime) -> str:
+async def _redis(redis: Any) -> str:
     try:
         async with asyncio.timeout(READY_TIMEOUT_S):
-            await runtime.redis.ping()
+            await redis.ping()
     except Exception as exc:
         return type(exc).__name__
     return OK
 
 
-async def readiness(runtime: Runtime) -> dict[str, str]:
-    """Each dependency's state, ``"ok"`` or why not. The owner is asked through the broker,
-    so with Redis down it is not asked at all (the answer could only be a timeout)."""
-    postgres, redis = await asyncio.gather(_postgres(runtime), _redis(runtime))
-    if redis == OK or not runtime.settings.store_is_embedded:
-        owner = await asyncio.to_thread(runtime.owner_probe.check)
+async def readiness(pool: Any, redis_client: Any, probe: OwnerProbe) -> dict[str, str]:
+    """Each dependency's state, ``"ok"`` or why not: ``pool`` an async psycopg pool,
+    ``redis_client`` a redis.asyncio client. The owner is asked through the broker, so with
+    Redis down it is not asked at all (the answer could only be a timeout)."""
+    postgres, redis = await asyncio.gather(_postgres(pool), _redis(redis_client))
+    if redis == OK or not probe.settings.store_is_embedded:
+        owner = await asyncio.to_thread(probe.check)
     else:
         owner = "not asked: the broker (Redis) is unreachable"
     return {"postgres": postgres, "redis": redis, "store_owner": owner}

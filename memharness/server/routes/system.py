@@ -27,7 +27,8 @@ async def healthz() -> Response:
 )
 async def readyz(request: Request) -> Response:
     """Reachability only: the quality verdict is ``memharness health``'s (and the alerts')."""
-    checks = await readiness(runtime_of(request))
+    runtime = runtime_of(request)
+    checks = await readiness(runtime.key_pool, runtime.redis, runtime.owner_probe)
     ready = all(value == OK for value in checks.values())
     return json_response(
         {"status": "ready" if ready else "unready", **checks}, 200 if ready else 503
