@@ -22,6 +22,7 @@ from starlette.exceptions import HTTPException
 from config import Settings, get_settings
 from memharness.server.access import ApiError
 from memharness.server.auth import KeyResolver, stop_toucher
+from memharness.server.docs import add_docs
 from memharness.server.errors import (
     UNAVAILABLE,
     body,
@@ -105,7 +106,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         description=DESCRIPTION,
         version="1",
         lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
     )
+    add_docs(app)
     app.state.runtime = runtime
     for module in (memories, own, reads, tasks, system):
         app.include_router(module.router)

@@ -129,3 +129,35 @@ def test_metrics_on_their_own_port_leave_the_api_port(
         assert_refused(httpx.get(f"{server.url}/metrics", timeout=10), 404, "not_found", "path")
     finally:
         stop_server(server)
+
+
+def test_swagger_ui_is_served_by_the_server_itself(
+    db: Any, redis_client: Any, tmp_path: Path
+) -> None:
+    import re
+
+    server = wait_ready(spawn_server(tmp_path, "docs", {}))
+    try:
+        with httpx.Client(base_url=server.url, timeout=10) as client:
+            page = client.get("/docs")
+            assert page.status_code == 200
+            assert page.headers["content-type"].startswith("text/html")
+            # every asset the page loads is a path of this server: no CDN, no other host
+            assets = re.findall(r'(?:src|href)="([^"]+)"', page.text)
+            assert len(assets) >= 3, page.text
+            assert "://" not in page.text.replace("http-equiv", "")
+            for asset in assets:
+                assert asset.startswith("/docs/assets/"), asset
+                served = client.get(asset)
+                assert served.status_code == 200, asset
+                assert len(served.content) > 500, asset
+            bundle = client.get("/docs/assets/swagger-ui-bundle.js")
+            assert "javascript" in bundle.headers["content-type"]
+            assert "SwaggerUIBundle" in bundle.text
+            # Swagger UI 5: the one that renders the OpenAPI 3.1 the page points at
+            assert client.get("/openapi.json").json()["openapi"].startswith("3.1")
+            assert client.get("/docs/oauth2-redirect").status_code == 200
+            # ReDoc would load from a CDN: it is off
+            assert client.get("/redoc").status_code == 404
+    finally:
+        stop_server(server)
