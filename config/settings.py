@@ -170,8 +170,11 @@ class Settings(BaseSettings):
 
     # -- Flower ----------------------------------------------------------------------------
     flower_port: int = Field(5555, description="Port of Flower in `make demo`.")
-    flower_basic_auth: SecretStr = Field(
-        SecretStr("admin:change-me"), description="Flower basic auth, user:password."
+    flower_basic_auth: SecretStr | None = Field(
+        None,
+        description="Flower basic auth, user:password (12+ characters, no default or "
+        "guessable password: refused at start). Unset: `make demo` makes a random one per run "
+        "and prints it.",
     )
 
     # -- background cognition --------------------------------------------------------------
@@ -382,6 +385,29 @@ class Settings(BaseSettings):
     )
     api_rate_limit_burst: int = Field(
         200, ge=1, description="Requests a key may make at once before the rate applies."
+    )
+    api_unauthenticated_rate_per_s: float = Field(
+        1.0,
+        ge=0,
+        description="Requests per second one client address may make without a live key "
+        "(none, malformed, unknown, revoked); past the burst they answer 429 with "
+        "Retry-After. 0 turns the limit off.",
+    )
+    api_unauthenticated_burst: int = Field(
+        20, ge=1, description="Requests without a live key one address may make at once."
+    )
+    api_metrics_port: int = Field(
+        0,
+        ge=0,
+        le=65535,
+        description="A port: the API's /metrics is served there (on MEMHARNESS_API_HOST, no "
+        "key; keep it private) and not on the API's port. 0: on the API's port, behind "
+        "MEMHARNESS_API_METRICS_KEY.",
+    )
+    api_metrics_key: SecretStr | None = Field(
+        None,
+        description="The bearer token /metrics on the API's port needs (install-wide: not a "
+        "tenant's API key). Unset, with no MEMHARNESS_API_METRICS_PORT: /metrics answers 401.",
     )
     api_key_cache_s: float = Field(
         5.0,

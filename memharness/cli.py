@@ -270,7 +270,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    result: int = args.func(args)
+    if not args.verbose:
+        from memharness.cli_errors import quiet_connection_retries
+
+        quiet_connection_retries(args.command)
+    try:
+        result: int = args.func(args)
+    except Exception as exc:
+        from memharness.cli_errors import EXIT_UNREACHABLE, unreachable_line
+
+        line = unreachable_line(args.command, exc, get_settings())
+        if line is None:
+            raise
+        print(line, file=sys.stderr)
+        return EXIT_UNREACHABLE
     return result
 
 

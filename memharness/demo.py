@@ -2,24 +2,37 @@
 
 Starts a write worker (owner of the embedded vector store: write, embed, recall), a
 background worker (maintenance and the cognitive queues), celery beat and Flower with basic
-auth; the agent records about 200 interactions, recalls a few facts, and the demo prints what
-the workers did. Then headless Chromium (when installed) renders Flower's workers and tasks
-pages into var/flower-*.png, and everything the demo started is stopped.
+auth (``MEMHARNESS_FLOWER_BASIC_AUTH``, or a random password made for the run and printed:
+there is no default password to forget to change); the agent records about 200
+interactions, recalls a few facts, and the demo prints what the workers did. Then headless
+Chromium (when installed) renders Flower's workers and tasks pages into var/flower-*.png, and
+everything the demo started is stopped.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import secrets
+import sys
 import time
 import urllib.request
 from collections import Counter
 from pathlib import Path
 
+from pydantic import SecretStr
+
 from config import Settings
 from memharness.client import MemoryClient, WriteReceipt
 from memharness.demo_script import RECALL_QUERIES, script
-from memharness.processes import Managed, start_beat, start_flower, start_worker, wait_for_worker
+from memharness.processes import (
+    Managed,
+    check_flower_credentials,
+    start_beat,
+    start_flower,
+    start_worker,
+    wait_for_worker,
+)
 from memharness.progress import progress
 from memharness.stats import collect_stats, format_stats
 from pipelines.read.budget import Partition
@@ -28,10 +41,31 @@ from workers.db import migrate
 TASK = "atlas-billing-migration"
 CONTEXT_BUDGET_TOKENS = 40_000
 SCREENSHOTS = {"workers": Path("var/flower-workers.png"), "tasks": Path("var/flower-tasks.png")}
+DEMO_FLOWER_USER = "demo"
+# 18 random bytes: 24 URL-safe characters, well past Flower's password floor.
+DEMO_FLOWER_PASSWORD_BYTES = 18
+
+
+def _flower_credentials(settings: Settings) -> str:
+    if settings.flower_basic_auth is None:
+        raise RuntimeError("the demo sets Flower's credentials before starting it")
+    return settings.flower_basic_auth.get_secret_value()
+
+
+def _with_flower_credentials(settings: Settings) -> tuple[Settings, bool]:
+    """``settings`` with Flower's credentials: the configured ones (checked), or a random
+    password for this run. Returns whether the password was made here (then it is printed:
+    it lives only as long as the demo's Flower)."""
+    if settings.flower_basic_auth is not None:
+        check_flower_credentials(settings.flower_basic_auth.get_secret_value())
+        return settings, False
+    password = secrets.token_urlsafe(DEMO_FLOWER_PASSWORD_BYTES)
+    made = SecretStr(f"{DEMO_FLOWER_USER}:{password}")
+    return settings.model_copy(update={"flower_basic_auth": made}), True
 
 
 def _flower_workers(settings: Settings) -> dict[str, object]:
-    credentials = settings.flower_basic_auth.get_secret_value()
+    credentials = _flower_credentials(settings)
     request = urllib.request.Request(
         f"http://127.0.0.1:{settings.flower_port}/api/workers?refresh=1"
     )
@@ -86,6 +120,11 @@ def run_demo(
             names = _wait_for_external_workers(settings)
             print(f"== using the deployment's workers: {', '.join(names)}")
             return _run_agent(settings, tenant, flower_ok=False, interactions=interactions)
+        try:
+            settings, made_password = _with_flower_credentials(settings)
+        except ValueError as exc:
+            print(f"memharness demo: {exc}", file=sys.stderr)
+            return 2
         writer = start_worker("writer", ["write", "embed", "recall"], log_dir=log_dir)
         background = start_worker(
             "background", ["maintenance", "consolidate", "compress", "quality"], log_dir=log_dir
@@ -93,19 +132,23 @@ def run_demo(
         started += [writer, background]
         started.append(start_beat(log_dir=log_dir))
         flower = start_flower(
-            port=settings.flower_port,
-            basic_auth=settings.flower_basic_auth.get_secret_value(),
-            log_dir=log_dir,
+            port=settings.flower_port, basic_auth=_flower_credentials(settings), log_dir=log_dir
         )
         started.append(flower)
         with progress("starting workers, beat and Flower"):
             wait_for_worker(writer)
             wait_for_worker(background)
             flower_ok = _wait_for_flower(settings, flower)
-        user = settings.flower_basic_auth.get_secret_value().split(":", 1)[0]
+        user, _, password = _flower_credentials(settings).partition(",")[0].partition(":")
+        where = (
+            f"password {password} (made for this run; set MEMHARNESS_FLOWER_BASIC_AUTH to "
+            "choose one)"
+            if made_password
+            else "password from MEMHARNESS_FLOWER_BASIC_AUTH"
+        )
         print(
             f"== workers up; Flower at http://127.0.0.1:{settings.flower_port} "
-            f"(basic auth user {user!r}, password from MEMHARNESS_FLOWER_BASIC_AUTH)"
+            f"(basic auth user {user!r}, {where})"
             + ("" if flower_ok else " — Flower did not answer; see var/log/flower.log")
         )
 
@@ -227,7 +270,7 @@ def _screenshot_flower(settings: Settings, writer: Managed, log_dir: Path) -> No
         )
         return
     base = f"http://127.0.0.1:{settings.flower_port}"
-    credentials = settings.flower_basic_auth.get_secret_value()
+    credentials = _flower_credentials(settings)
     # The page is done when it shows what the demo did: the owner by name, the drain by name.
     waits = {"workers": [f"{writer.name}@", "background@"], "tasks": ["memory.write.drain"]}
     try:

@@ -107,6 +107,38 @@ def start_beat(*, env: Mapping[str, str] | None = None, log_dir: Path = Path("va
     return _spawn("beat", argv, env, log_dir)
 
 
+# Passwords shipped as examples or guessed first: a Flower behind one of them is open.
+WEAK_FLOWER_PASSWORDS = frozenset(
+    {"change-me", "changeme", "admin", "password", "flower", "secret", "celery"}
+)
+# 12 characters of `secrets.token_urlsafe` are 72 bits: out of reach of guessing over HTTP.
+FLOWER_PASSWORD_MIN_CHARS = 12
+
+
+def check_flower_credentials(basic_auth: str) -> str:
+    """``basic_auth`` (``user:password``, or several joined by commas as Flower takes them)
+    if every password is strong enough to expose Flower's task arguments behind; raises
+    ``ValueError`` naming what is wrong (never the password itself)."""
+    pairs = [pair for pair in basic_auth.split(",") if pair]
+    if not pairs:
+        raise ValueError("Flower needs basic auth: set MEMHARNESS_FLOWER_BASIC_AUTH=user:password")
+    for pair in pairs:
+        user, sep, password = pair.partition(":")
+        if not sep or not user:
+            raise ValueError("MEMHARNESS_FLOWER_BASIC_AUTH must be user:password")
+        if password.lower() in WEAK_FLOWER_PASSWORDS or password == user:
+            raise ValueError(
+                f"Flower's password for {user!r} is a default or guessable one: choose another "
+                "(for example `openssl rand -hex 12`)"
+            )
+        if len(password) < FLOWER_PASSWORD_MIN_CHARS:
+            raise ValueError(
+                f"Flower's password for {user!r} is shorter than "
+                f"{FLOWER_PASSWORD_MIN_CHARS} characters"
+            )
+    return basic_auth
+
+
 def start_flower(
     *,
     port: int,
@@ -114,11 +146,15 @@ def start_flower(
     env: Mapping[str, str] | None = None,
     log_dir: Path = Path("var/log"),
 ) -> Managed:
+    """Flower on 127.0.0.1:``port`` behind ``basic_auth`` (checked first). The credentials go
+    in the child's environment (Flower reads ``FLOWER_BASIC_AUTH`` itself), never in its
+    argv: a command line is readable by every user of the machine (``ps``, /proc)."""
     argv = [
         sys.executable, "-m", "celery", "-A", "workers.app:app", "flower",
-        f"--port={port}", "--address=127.0.0.1", f"--basic-auth={basic_auth}",
+        f"--port={port}", "--address=127.0.0.1",
     ]  # fmt: skip
-    return _spawn("flower", argv, env, log_dir)
+    secret_env = {**(env or {}), "FLOWER_BASIC_AUTH": check_flower_credentials(basic_auth)}
+    return _spawn("flower", argv, secret_env, log_dir)
 
 
 def wait_for_worker(managed: Managed, *, timeout_s: float = 60.0) -> None:

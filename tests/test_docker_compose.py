@@ -391,7 +391,11 @@ def test_prometheus_scrapes_every_worker_group_and_the_api_on_their_metrics_port
         assert env["MEMHARNESS_METRICS_HOST"] == "0.0.0.0", name
     (api,) = jobs["memharness-api"]["dns_sd_configs"]
     assert api["names"] == ["api"]
-    assert str(api["port"]) == environment(services["api"])["MEMHARNESS_API_PORT"]
+    # the API's /metrics on its own port, bound to the container's interfaces
+    api_env = environment(services["api"])
+    assert str(api["port"]) == api_env["MEMHARNESS_API_METRICS_PORT"]
+    assert api_env["MEMHARNESS_API_METRICS_PORT"] != api_env["MEMHARNESS_API_PORT"]
+    assert api_env["MEMHARNESS_API_HOST"] == "0.0.0.0"
     assert jobs["memharness-api"]["metrics_path"] == "/metrics"
 
 

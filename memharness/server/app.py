@@ -22,6 +22,7 @@ from starlette.exceptions import HTTPException
 from config import Settings, get_settings
 from memharness.server.access import ApiError
 from memharness.server.auth import KeyResolver, stop_toucher
+from memharness.server.docs import add_docs
 from memharness.server.errors import (
     UNAVAILABLE,
     body,
@@ -34,7 +35,7 @@ from memharness.server.errors import (
     unavailable_headers,
 )
 from memharness.server.gate import BodyTooLarge, Gate, too_large_body
-from memharness.server.ratelimit import RateLimiter
+from memharness.server.ratelimit import ADDRESS_BUCKET_KEY, RateLimiter
 from memharness.server.routes import memories, own, reads, system, tasks
 from memharness.server.runtime import Runtime
 from pipelines.errors import Conflict, InvalidInput, NotFound
@@ -54,6 +55,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     from memharness.aio import AsyncMemoryClient
     from memharness.client import MemoryClient
     from memharness.server.logs import redact_access_log
+    from memharness.server.metrics_port import start_metrics_endpoint
+    from memharness.server.ready import OwnerProbe
 
     redact_access_log()
     runtime: Runtime = app.state.runtime
@@ -73,12 +76,22 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     runtime.limiter = RateLimiter(
         runtime.redis, rate_per_s=settings.api_rate_limit_per_s, burst=settings.api_rate_limit_burst
     )
+    runtime.address_limiter = RateLimiter(
+        runtime.redis,
+        rate_per_s=settings.api_unauthenticated_rate_per_s,
+        burst=settings.api_unauthenticated_burst,
+        bucket=ADDRESS_BUCKET_KEY,
+    )
+    runtime.owner_probe = OwnerProbe(settings)
     runtime.client = MemoryClient(settings)
     runtime.aclient = await AsyncMemoryClient(settings).open()
     runtime.toucher = asyncio.create_task(runtime.resolver.touch_forever())
+    runtime.metrics_endpoint = start_metrics_endpoint(settings)
     try:
         yield
     finally:
+        if runtime.metrics_endpoint is not None:
+            runtime.metrics_endpoint.stop()
         await stop_toucher(runtime.toucher, runtime.resolver)
         await runtime.aclient.close()
         runtime.client.close()
@@ -93,7 +106,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         description=DESCRIPTION,
         version="1",
         lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
     )
+    add_docs(app)
     app.state.runtime = runtime
     for module in (memories, own, reads, tasks, system):
         app.include_router(module.router)

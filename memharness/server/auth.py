@@ -58,6 +58,15 @@ class KeyResolver:
         self._cache: dict[str, tuple[KeyRecord | None, float]] = {}
         self._touched: set[uuid.UUID] = set()
 
+    def knows(self, text: str | None) -> bool:
+        """Whether ``text`` names a live key this process has cached: answered without a
+        query, so a client address over its limit for bad keys can still use a good one."""
+        parsed = parse_key(text) if text else None
+        if parsed is None:
+            return False
+        hit = self._cache.get(parsed.prefix)
+        return hit is not None and hit[1] > self._clock() and hit[0] is not None
+
     async def resolve(self, text: str) -> KeyRecord | None:
         """The live key ``text`` is, or None (malformed, unknown, wrong secret, revoked)."""
         parsed = parse_key(text)

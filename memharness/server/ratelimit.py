@@ -1,4 +1,5 @@
-"""A token bucket per API key, kept in Redis so that every server process shares it.
+"""A token bucket per API key (and one per client address for requests without a live key),
+kept in Redis so that every server process shares it.
 
 One ``EVALSHA`` per request (about 0.15 ms here, DESIGN.md's Redis figure): the script refills
 the bucket for the time since its last call, takes one token if there is one, and otherwise
@@ -14,6 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 BUCKET_KEY = "memharness:api:bucket:{}"
+# Requests without a live key, by client address: a flood of made-up keys is refused before
+# it costs a key lookup per request.
+ADDRESS_BUCKET_KEY = "memharness:api:anon:{}"
 
 # KEYS[1] bucket; ARGV: rate per second, burst, now in ms. Returns {allowed, wait_ms}.
 TOKEN_BUCKET = """
@@ -52,12 +56,16 @@ class Verdict:
 
 
 class RateLimiter:
-    """``await limiter.take(key_id)`` on a redis.asyncio client."""
+    """``await limiter.take(key_id)`` on a redis.asyncio client; ``bucket`` names the keys'
+    (or the addresses') buckets."""
 
-    def __init__(self, redis: Any, *, rate_per_s: float, burst: int) -> None:
+    def __init__(
+        self, redis: Any, *, rate_per_s: float, burst: int, bucket: str = BUCKET_KEY
+    ) -> None:
         self._redis = redis
         self.rate_per_s = rate_per_s
         self.burst = burst
+        self._bucket = bucket
         self._script = redis.register_script(TOKEN_BUCKET)
 
     @property
@@ -73,7 +81,7 @@ class RateLimiter:
             return Verdict(True, 0)
         when = now_ms if now_ms is not None else int(time.time() * 1000)
         allowed, wait_ms = await self._script(
-            keys=[BUCKET_KEY.format(key_id)], args=[self.rate_per_s, self.burst, when]
+            keys=[self._bucket.format(key_id)], args=[self.rate_per_s, self.burst, when]
         )
         if int(allowed):
             return Verdict(True, 0)

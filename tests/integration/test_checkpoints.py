@@ -141,6 +141,119 @@ def test_retention_keeps_the_last_n_and_every_phase_transition(pool) -> None:  #
     assert all(report.ok for report in service.verify(TENANT, TASK))
 
 
+def test_sequence_numbers_count_one_tasks_saves_only(service, pool) -> None:  # type: ignore[no-untyped-def]
+    # given: two tenants saving the same task name, interleaved, and a second task
+    mine = [service.checkpoint(TENANT, TASK, state) for state in states(2)]
+    theirs = [service.checkpoint("globex", TASK, state) for state in states(3)]
+    mine.append(service.checkpoint(TENANT, TASK, agent.expected_state(2)))
+    other_task = service.checkpoint(TENANT, "another-task", agent.expected_state(0))
+
+    # then: each task numbers its own saves 1, 2, 3: nobody else's saves leave gaps
+    assert [row.seq for row in service.list(TENANT, TASK)] == [3, 2, 1]
+    assert [row.id for row in service.list(TENANT, TASK)] == mine[::-1]
+    assert [row.seq for row in service.list("globex", TASK)] == [3, 2, 1]
+    assert [row.id for row in service.list("globex", TASK)] == theirs[::-1]
+    assert [row.seq for row in service.list(TENANT, "another-task")] == [1]
+    assert service.list(TENANT, "another-task")[0].id == other_task
+    # a rollback is the task's next save, and the newest
+    head = service.rollback(TENANT, TASK, mine[0])
+    assert service.list(TENANT, TASK)[0].seq == 4
+    resumed = service.resume(TENANT, TASK)
+    assert resumed is not None and resumed.checkpoint.checkpoint_id == head
+
+
+def test_concurrent_saves_of_one_task_get_distinct_numbers(pool) -> None:  # type: ignore[no-untyped-def]
+    from concurrent.futures import ThreadPoolExecutor
+
+    saved = states(8)
+
+    def save(index: int) -> uuid.UUID:
+        # separate services: separate heads, as separate agent processes would have
+        return CheckpointService(pool, OfflineLLM(), keep_last=50).checkpoint(
+            TENANT, TASK, saved[index]
+        )
+
+    with ThreadPoolExecutor(max_workers=4) as executor:
+        ids = list(executor.map(save, range(len(saved))))
+    rows = CheckpointService(pool, OfflineLLM()).list(TENANT, TASK)
+    assert sorted(row.seq for row in rows) == list(range(1, len(saved) + 1))
+    assert {row.id for row in rows} == set(ids)
+
+
+def test_forgetting_a_task_starts_its_numbers_again(client, db) -> None:  # type: ignore[no-untyped-def]
+    for state in states(3):
+        client.checkpoint(TENANT, TASK, state)
+    # the workers' erasure of a task, its checkpoint step:
+    from workers.own.forget import ForgetTarget, _erase_checkpoints
+
+    with db.transaction():
+        assert _erase_checkpoints(db, TENANT, ForgetTarget.TASK, TASK) == 3
+    assert db.execute("SELECT count(*) FROM checkpoint_sequences").fetchone()[0] == 0
+    client.checkpoint(TENANT, TASK, agent.expected_state(0))
+    assert [row.seq for row in client.checkpoints.list(TENANT, TASK)] == [1]
+
+
+def test_the_migration_numbers_existing_checkpoints_per_task(settings) -> None:  # type: ignore[no-untyped-def]
+    import psycopg
+    from psycopg.conninfo import make_conninfo
+
+    from workers.db import drop_database, migrate
+
+    url = make_conninfo(settings.database_url, dbname=f"memharness_seq_{os.getpid()}")
+    drop_database(url)
+    try:
+        # given: checkpoints written under the global counter, two tenants interleaved
+        migrate(url, "0013")
+        with psycopg.connect(url, autocommit=True) as conn:
+            for tenant in ("acme", "globex", "acme", "acme", "globex"):
+                conn.execute(
+                    "INSERT INTO checkpoints (id, tenant_id, task_id, created_at, format_version,"
+                    " size_bytes, body) VALUES (%s, %s, 't', now(), 1, 1, 'x')",
+                    (uuid.uuid4(), tenant),
+                )
+            before = conn.execute("SELECT id FROM checkpoints ORDER BY seq").fetchall()
+        # when: upgraded
+        migrate(url, "head")
+        with psycopg.connect(url, autocommit=True) as conn:
+            rows = conn.execute(
+                "SELECT id, tenant_id, seq FROM checkpoints ORDER BY tenant_id, seq"
+            ).fetchall()
+            # then: 1..n per task, in the old order, and the next save follows on
+            assert [(r[1], r[2]) for r in rows] == [
+                ("acme", 1), ("acme", 2), ("acme", 3), ("globex", 1), ("globex", 2)
+            ]  # fmt: skip
+            order = [r[0] for r in before]
+            acme = [r[0] for r in rows if r[1] == "acme"]
+            assert acme == [i for i in order if i in set(acme)]
+            row = conn.execute(
+                "INSERT INTO checkpoints (id, tenant_id, task_id, created_at, format_version,"
+                " size_bytes, body) VALUES (%s, 'globex', 't', now(), 1, 1, 'x') RETURNING seq",
+                (uuid.uuid4(),),
+            ).fetchone()
+            assert row is not None and row[0] == 3
+        # and back down: one global order that keeps each task's
+        from alembic import command
+
+        from workers.db import alembic_config
+
+        command.downgrade(alembic_config(url), "0013")
+        with psycopg.connect(url, autocommit=True) as conn:
+            seqs = conn.execute(
+                "SELECT tenant_id, seq FROM checkpoints ORDER BY tenant_id, seq"
+            ).fetchall()
+            assert len({s for _, s in seqs}) == 6
+            for tenant in ("acme", "globex"):
+                mine = [s for t, s in seqs if t == tenant]
+                assert mine == sorted(mine)
+            conn.execute(
+                "INSERT INTO checkpoints (id, tenant_id, task_id, created_at, format_version,"
+                " size_bytes, body) VALUES (%s, 'acme', 't', now(), 1, 1, 'x')",
+                (uuid.uuid4(),),
+            )
+    finally:
+        drop_database(url)
+
+
 # -- rollback --------------------------------------------------------------------------------
 
 

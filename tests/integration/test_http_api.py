@@ -69,9 +69,11 @@ def wait_ready(server: Server) -> Server:
         if proc.poll() is not None:
             raise RuntimeError(f"server {name} exited:\n{server.log_text()}")
         try:
-            if httpx.get(f"{server.url}/readyz", timeout=1).status_code == 200:
+            # the store's owner is each test's to start: PostgreSQL and Redis are enough here
+            answer = httpx.get(f"{server.url}/readyz", timeout=5).json()
+            if answer["postgres"] == answer["redis"] == "ok":
                 return server
-        except httpx.HTTPError:
+        except (httpx.HTTPError, ValueError, KeyError):
             pass
         time.sleep(0.2)
     raise TimeoutError(f"server {name} not ready:\n{server.log_text()}")
@@ -90,7 +92,13 @@ def stop_server(server: Server) -> None:
 def servers(migrated, tmp_path_factory) -> Iterator[dict[str, Server]]:  # type: ignore[no-untyped-def]
     tmp = tmp_path_factory.mktemp("api")
     main = spawn_server(
-        tmp, "main", {"MEMHARNESS_API_RATE_LIMIT_PER_S": "0", "MEMHARNESS_API_KEY_CACHE_S": "0.5"}
+        tmp,
+        "main",
+        {
+            "MEMHARNESS_API_RATE_LIMIT_PER_S": "0",
+            "MEMHARNESS_API_UNAUTHENTICATED_RATE_PER_S": "0",
+            "MEMHARNESS_API_KEY_CACHE_S": "0.5",
+        },
     )
     strict = spawn_server(
         tmp,
@@ -375,6 +383,67 @@ def test_a_key_bound_to_an_agent_records_for_that_agent_only(api: Server, db: An
         assert row[0] == "planner"
         other = client.post("/v1/memories", json=memory("I am someone else.", agent_id="coder"))
         assert_refused(other, 403, "forbidden", "agent_id")
+
+
+def test_a_key_bound_to_an_agent_changes_only_that_agents_memories(
+    api: Server, db: Any, workers: Any
+) -> None:
+    # given: three memories of one tenant, by the planner, the coder and an unbound key
+    workers("owner")
+    planner = key_for(db, tenant="agents-co", agent="planner")
+    coder = key_for(db, tenant="agents-co", agent="coder")
+    unbound = key_for(db, tenant="agents-co")
+    made = {}
+    for name, key in (("planner", planner), ("coder", coder), ("unbound", unbound)):
+        with session(api, key) as client:
+            sent = client.post("/v1/memories", json=memory(f"Note of the {name}: ship on Friday."))
+            assert sent.status_code == 202, sent.text
+            made[name] = sent.json()["memory_id"]
+    with session(api, unbound) as client:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if len(client.get("/v1/memories", params={"task_id": TASK}).json()["items"]) == 3:
+                break
+            time.sleep(0.2)
+    absent = str(uuid.uuid4())
+    with session(api, planner) as client:
+        # when: the planner's key reaches for memories it did not write
+        def refusals(target: str) -> list[httpx.Response]:
+            return [
+                client.post(f"/v1/memories/{target}/correct",
+                            json={"content": "Ship on Monday.", "reason": "mine now"}),
+                client.post(f"/v1/memories/{target}/undo-correction", json={"reason": "x"}),
+                client.get(f"/v1/memories/{target}/history"),
+                client.post("/v1/forget", json={"memory_id": target, "reason": "x"}),
+            ]  # fmt: skip
+
+        # then: each answers the 404 of an id that does not exist, byte for byte
+        unknown = [r.text.replace(absent, "ID") for r in refusals(absent)]
+        for target in (made["coder"], made["unbound"]):
+            answers = refusals(target)
+            assert [r.status_code for r in answers] == [404, 404, 404, 404]
+            assert [r.text.replace(target, "ID") for r in answers] == unknown
+        # a task or a session holds every agent's memories: not a bound key's to erase
+        assert_refused(client.post("/v1/forget", json={"task_id": TASK, "reason": "x"}),
+                       403, "forbidden", "agent_id")  # fmt: skip
+        assert_refused(client.post("/v1/forget", json={"session_id": "s-1", "reason": "x"}),
+                       403, "forbidden", "agent_id")  # fmt: skip
+        # reads stay the tenant's: the planner still sees what the coder wrote
+        assert client.get(f"/v1/memories/{made['coder']}").status_code == 200
+        # and its own memory is its to correct, follow and forget
+        fixed = client.post(f"/v1/memories/{made['planner']}/correct",
+                            json={"content": "Note of the planner: ship on Monday.",
+                                  "reason": "the date moved"})  # fmt: skip
+        assert fixed.status_code == 200, fixed.text
+        assert client.get(f"/v1/memories/{made['planner']}/history").status_code == 200
+        gone = client.post("/v1/forget", json={"memory_id": fixed.json()["memory_id"],
+                                               "reason": "done"})  # fmt: skip
+        assert gone.status_code == 202, gone.text
+    with session(api, unbound) as client:
+        # a key bound to no agent acts for the whole tenant
+        assert client.get(f"/v1/memories/{made['coder']}/history").status_code == 200
+        erased = client.post("/v1/forget", json={"task_id": TASK, "reason": "wrap up"})
+        assert erased.status_code == 202, erased.text
 
 
 def test_the_rate_limit_answers_429_with_retry_after(servers: dict[str, Server], db: Any,

@@ -45,7 +45,11 @@ UNPARSABLE: dict[str, bytes] = {
 @pytest.fixture(scope="module")
 def server(migrated, tmp_path_factory) -> Iterator[Server]:  # type: ignore[no-untyped-def]
     tmp = tmp_path_factory.mktemp("contract")
-    main = spawn_server(tmp, "contract", {"MEMHARNESS_API_RATE_LIMIT_PER_S": "0"})
+    main = spawn_server(
+        tmp,
+        "contract",
+        {"MEMHARNESS_API_RATE_LIMIT_PER_S": "0", "MEMHARNESS_API_UNAUTHENTICATED_RATE_PER_S": "0"},
+    )
     yield wait_ready(main)
     stop_server(main)
 

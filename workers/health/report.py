@@ -1,6 +1,6 @@
 """``health_report(settings)``: storage, retrieval and compression, judged by
-``pipelines.health.report``. The CLI (``memharness health``), the API's ``/readyz`` and the
-metrics' ``memharness_health_up`` all call this.
+``pipelines.health.report``. The CLI (``memharness health``) and the metrics'
+``memharness_health_up`` call this (the API's ``/readyz`` answers reachability, not quality).
 
 Storage counts the vector index live (embedded: the store's owner answers
 ``memory.recall.index_counts``; an owner that does not answer is itself a storage failure);

@@ -351,8 +351,15 @@ def _erase_checkpoints(
     session's text copied into a checkpoint's state by the agent is the agent's own
     (docs/owning-memories.md)."""
     if target is ForgetTarget.TENANT:
+        conn.execute("DELETE FROM checkpoint_sequences WHERE tenant_id = %s", (tenant_id,))
         return conn.execute("DELETE FROM checkpoints WHERE tenant_id = %s", (tenant_id,)).rowcount
     if target is ForgetTarget.TASK:
+        # The counter goes too: its row names the task. A task saved again after its erasure
+        # starts at 1, as a new task does.
+        conn.execute(
+            "DELETE FROM checkpoint_sequences WHERE tenant_id = %s AND task_id = %s",
+            (tenant_id, target_id),
+        )
         return conn.execute(
             "DELETE FROM checkpoints WHERE tenant_id = %s AND task_id = %s", (tenant_id, target_id)
         ).rowcount

@@ -19,7 +19,9 @@ from psycopg import Connection
 # The new checkpoint's parent is kept too: it is where a resume falls back to when the new
 # one is corrupted, and after a rollback it is old enough to be outside the last N.
 # Saving an id that exists already (a retried save, or a re-save after a resume fell back
-# from it) rewrites its body and makes it the newest again.
+# from it) rewrites its body and makes it the newest again: ``EXCLUDED.seq`` is the task's
+# next number, which the table's BEFORE INSERT trigger drew from the task's own counter
+# (migration 0014), so ``seq`` counts this task's saves and says nothing of anyone else's.
 SAVE = """
 WITH keep AS (
     SELECT id FROM checkpoints
@@ -33,7 +35,7 @@ WITH keep AS (
             %(format_version)s, %(is_phase_transition)s, %(iteration)s, %(size_bytes)s,
             %(body)s)
     ON CONFLICT (id) DO UPDATE SET
-        seq = DEFAULT,
+        seq = EXCLUDED.seq,
         created_at = EXCLUDED.created_at,
         format_version = EXCLUDED.format_version,
         is_phase_transition = checkpoints.is_phase_transition OR EXCLUDED.is_phase_transition,

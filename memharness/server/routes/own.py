@@ -10,7 +10,15 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
-from memharness.server.access import Reader, Writer, forbidden, own_tenant, runtime_of
+from memharness.server.access import (
+    Reader,
+    Writer,
+    forbidden,
+    own_memory,
+    own_tenant,
+    runtime_of,
+    whole_memories_only,
+)
 from memharness.server.keys import Scope
 from memharness.server.models import CorrectBody, ErrorOut, ForgetBody, UndoBody
 from memharness.server.routes.memories import json_response
@@ -32,10 +40,13 @@ def correct_memory(memory_id: str, payload: CorrectBody, request: Request, key: 
     """The old version is superseded (kept in its history, never recalled again); the
     workers then re-derive what was built on it. 409 when the memory was forgotten or was
     already corrected (correct the current version, ``current_id`` of its history)."""
-    receipt = runtime_of(request).client.correct(
+    tenant = own_tenant(key, payload.tenant_id)
+    client = runtime_of(request).client
+    own_memory(client, key, memory_id)
+    receipt = client.correct(
         memory_id,
         payload.content,
-        tenant_id=own_tenant(key, payload.tenant_id),
+        tenant_id=tenant,
         reason=payload.reason,
         actor=f"api:{key.prefix}",
         type=payload.type,
@@ -52,9 +63,12 @@ def correct_memory(memory_id: str, payload: CorrectBody, request: Request, key: 
 def undo_correction(memory_id: str, payload: UndoBody, request: Request, key: Writer) -> Response:
     """``memory_id`` is the memory the background superseded; it is live again beside the
     one that superseded it. 409 when it is not superseded, or a person corrected it."""
-    receipt = runtime_of(request).client.undo_correction(
+    tenant = own_tenant(key, payload.tenant_id)
+    client = runtime_of(request).client
+    own_memory(client, key, memory_id)
+    receipt = client.undo_correction(
         memory_id,
-        tenant_id=own_tenant(key, payload.tenant_id),
+        tenant_id=tenant,
         reason=payload.reason,
         actor=f"api:{key.prefix}",
     )
@@ -67,7 +81,9 @@ def undo_correction(memory_id: str, payload: UndoBody, request: Request, key: Wr
     summary="Every version of a memory and what happened to it",
 )
 def memory_history(memory_id: str, request: Request, key: Reader) -> Response:
-    history = runtime_of(request).client.history(memory_id, tenant_id=key.tenant_id)
+    client = runtime_of(request).client
+    own_memory(client, key, memory_id)
+    history = client.history(memory_id, tenant_id=key.tenant_id)
     return json_response(history.model_dump(mode="json"))
 
 
@@ -84,7 +100,10 @@ def forget(payload: ForgetBody, request: Request, key: Writer) -> Response:
     tenant = own_tenant(key, payload.tenant_id)
     if payload.whole_tenant and not key.allows(Scope.ADMIN):
         raise forbidden("scope", "forgetting the whole tenant needs the admin scope")
-    receipt = runtime_of(request).client.forget(
+    client = runtime_of(request).client
+    whole_memories_only(key, payload.memory_id)
+    own_memory(client, key, payload.memory_id)
+    receipt = client.forget(
         tenant_id=tenant,
         reason=payload.reason,
         memory_id=payload.memory_id,

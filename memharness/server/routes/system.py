@@ -1,5 +1,5 @@
-"""Liveness, readiness, the tenant's write funnel, the key's own identity and the tenant's
-golden queries."""
+"""Liveness, readiness (``memharness.server.ready``), metrics, the tenant's write funnel, the
+key's own identity and the tenant's golden queries."""
 
 from __future__ import annotations
 
@@ -9,12 +9,11 @@ from fastapi import APIRouter, Request, Response
 
 from memharness.server.access import Reader, Writer, own_tenant, runtime_of
 from memharness.server.models import ErrorOut, GoldenQueriesBody
+from memharness.server.ready import OK, readiness
 from memharness.server.routes.memories import json_response
 from memharness.server.strict import StrictRoute
 
 router = APIRouter(tags=["system"], route_class=StrictRoute)
-
-READY_TIMEOUT_S = 2.0
 
 
 @router.get("/healthz", summary="The process is up")
@@ -22,39 +21,18 @@ async def healthz() -> Response:
     return json_response({"status": "ok"})
 
 
-@router.get("/readyz", summary="PostgreSQL and Redis answer")
+@router.get(
+    "/readyz",
+    summary="This process can serve: PostgreSQL, Redis and the store's owner answer",
+    responses={503: {"description": "a dependency does not answer; the body names it"}},
+)
 async def readyz(request: Request) -> Response:
-    import asyncio
-
+    """Reachability only: the quality verdict is ``memharness health``'s (and the alerts')."""
     runtime = runtime_of(request)
-    checks: dict[str, str] = {}
-    try:
-        async with asyncio.timeout(READY_TIMEOUT_S):
-            async with runtime.key_pool.connection() as conn:
-                await conn.execute("SELECT 1")
-        checks["postgres"] = "ok"
-    except Exception as exc:
-        checks["postgres"] = type(exc).__name__
-    try:
-        async with asyncio.timeout(READY_TIMEOUT_S):
-            await runtime.redis.ping()
-        checks["redis"] = "ok"
-    except Exception as exc:
-        checks["redis"] = type(exc).__name__
-    # The health report (storage, retrieval, compression; workers.health.report), without
-    # the store owner's round trip: the last golden run's index counts.
-    from workers.health.report import health_report
-
-    try:
-        async with asyncio.timeout(READY_TIMEOUT_S * 5):
-            report = await asyncio.to_thread(health_report, runtime.settings, live_index=False)
-        health: dict[str, object] = report.as_dict()
-    except Exception as exc:
-        health = {"healthy": False, "error": type(exc).__name__}
-    ready = all(value == "ok" for value in checks.values()) and bool(health["healthy"])
+    checks = await readiness(runtime.key_pool, runtime.redis, runtime.owner_probe)
+    ready = all(value == OK for value in checks.values())
     return json_response(
-        {"status": "ready" if ready else "unready", **checks, "health": health},
-        200 if ready else 503,
+        {"status": "ready" if ready else "unready", **checks}, 200 if ready else 503
     )
 
 
