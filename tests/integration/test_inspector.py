@@ -27,6 +27,7 @@ from tests.integration.test_http_api import (
     stop_server,
     wait_ready,
 )
+from tests.integration.test_knowledge_context import consolidated
 from workers.own.correct import apply_supersessions
 
 pytestmark = pytest.mark.integration
@@ -156,7 +157,23 @@ def test_the_pages_show_real_data_and_the_actions_change_them(
         assert "ZEBRAFISH" not in person.get("/ui").text
 
         # the other pages answer from real data
-        assert person.get("/ui/knowledge").status_code == 200
+        # knowledge as nightly consolidation writes it, citing the episode it came from
+        rule = "Money amounts are stored in cents."
+        sources = [uuid.UUID(cents)]
+        consolidated(
+            db,
+            TENANT,
+            "convention",
+            rule,
+            sources,
+            confidence=0.9,
+            conditions="in the billing code",
+        )
+        knowledge = person.get("/ui/knowledge").text
+        for words in ("Money amounts are stored in cents.", "in the billing code", "convention",
+                      "0.90", f"/ui/memories/{cents}"):  # fmt: skip
+            assert words in knowledge, words
+        assert "cited by semantic knowledge" in person.get(f"/ui/memories/{cents}").text
         replay = person.get("/ui/context", params={"task_id": TASK, "query": "How do we bill?",
                                                    "budget_tokens": "4000"})  # fmt: skip
         assert replay.status_code == 200, replay.text
@@ -190,6 +207,10 @@ def test_the_pages_show_real_data_and_the_actions_change_them(
                               data={"reason": "x", "csrf": csrf_token(stranger_key)})  # fmt: skip
         assert acted.status_code == 404
         assert "bill in cents" not in stranger.get("/ui/conflicts").text
+        assert "Money amounts" not in stranger.get("/ui/knowledge").text
+        replay = stranger.get("/ui/context", params={"task_id": TASK, "query": "How do we bill?",
+                                                     "budget_tokens": "4000"})  # fmt: skip
+        assert replay.status_code == 200 and "cents" not in replay.text
     with browser(server, writer) as person:
         assert "bill in cents" in person.get(f"/ui/memories/{cents}").text
 

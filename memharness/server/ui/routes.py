@@ -33,6 +33,7 @@ from memharness.server.ui.session import (
     signed_in,
 )
 from pipelines.errors import Conflict, InvalidInput, NotFound
+from workers.own.correct import AUTOMATIC_ACTOR
 
 HERE = Path(__file__).resolve().parent
 TEMPLATES = Environment(
@@ -178,7 +179,7 @@ async def memory_page(memory_id: str, request: Request) -> HTMLResponse:
     graph = await call(client.links, parsed, tenant_id=who.tenant_id)
     this = next((v for v in history.versions if v.id == parsed), None)
     undoable = any(
-        e.event == "superseded" and e.memory_id == parsed and e.actor == "memharness"
+        e.event == "superseded" and e.memory_id == parsed and e.actor == AUTOMATIC_ACTOR
         for e in history.events
     ) and (this is not None and this.status == "corrected")
     return page(
