@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from memharness.browser import find_chromium, render
+from memharness.server.keys import revoke_key
 from memharness.server.ui.session import COOKIE, csrf_token
 from pipelines.own.contradict import Supersession
 from tests.integration.test_http_api import (
@@ -194,6 +195,10 @@ def test_the_pages_show_real_data_and_the_actions_change_them(
                               data={"reason": "no", "csrf": csrf_token(reader)})  # fmt: skip
         assert refused.status_code == 403 and "write scope" in refused.text
         assert "bill in cents" in looker.get(f"/ui/memories/{cents}").text
+        # and once the key is revoked its cookie opens nothing (after the key cache's 0.5 s)
+        assert revoke_key(db, reader) is not None
+        time.sleep(0.7)
+        assert looker.get("/ui").headers["location"] == "/ui/login"
 
     # a key of another tenant sees nothing of this one, and a foreign id reads as an unknown one
     stranger_key = key_for(db, tenant="someone-else", scopes="admin")
@@ -291,8 +296,13 @@ def test_the_inspector_renders_in_headless_chromium(
                     screenshot=IMG / "inspector-context.png", chromium=chromium,
                     log_path=log)  # fmt: skip
     assert replay.status == 200 and replay.shows("recalled by"), replay.text
+    health = render(f"{server.url}/ui/health", cookies=cookie, wait_for=["Queues"],
+                    screenshot=IMG / "inspector-health.png", chromium=chromium,
+                    log_path=log)  # fmt: skip
+    assert health.status == 200 and health.shows("golden hit rate"), health.text
     # and without the cookie the browser lands on the sign-in form
     anonymous = render(f"{server.url}/ui", chromium=chromium, log_path=log)
     assert anonymous.shows("Sign in") and not anonymous.shows("auth module")
-    for shot in ("inspector-timeline.png", "inspector-memory.png", "inspector-context.png"):
-        assert (IMG / shot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    shots = ("timeline", "memory", "context", "health")
+    for shot in (f"inspector-{name}.png" for name in shots):
+        assert (IMG / shot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", shot
