@@ -1,6 +1,7 @@
 """Headless Chromium renders a page as a person would see it, and takes its screenshot.
 
-Used by ``make demo`` (a screenshot of Flower) and by the browser test of Flower. Chromium is
+Used by ``make demo`` (a screenshot of Flower) and by the browser tests of Flower and of the
+inspector. Chromium is
 driven over the DevTools protocol on a pair of pipes (``--remote-debugging-pipe``: commands
 in on fd 3, answers out on fd 4, each message NUL-terminated), so there is no debugging port
 to find or to collide with, and nothing beyond the standard library and Debian's
@@ -22,7 +23,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -196,6 +197,7 @@ def render(
     url: str,
     *,
     basic_auth: str | None = None,
+    cookies: Mapping[str, str] | None = None,
     wait_for: Sequence[str] = (),
     screenshot: Path | None = None,
     timeout_s: float = 30.0,
@@ -204,7 +206,8 @@ def render(
 ) -> RenderedPage:
     """Load ``url`` in headless Chromium, wait until every string of ``wait_for`` is on the
     rendered page (scripts and their XHRs included) or the time is up, and return what the
-    page shows; ``screenshot`` saves a PNG of the window."""
+    page shows; ``screenshot`` saves a PNG of the window. ``cookies`` are set for ``url``'s
+    site before it loads (HttpOnly, SameSite=Strict, as a sign-in form would have set them)."""
     binary = chromium or find_chromium()
     if binary is None:
         raise BrowserError("chromium is not installed (Debian: apt-get install chromium)")
@@ -223,6 +226,13 @@ def render(
                 {"headers": {"Authorization": f"Basic {token}"}},
                 session=session,
             )
+        for name, value in (cookies or {}).items():
+            devtools.send(
+                "Network.setCookie",
+                {"name": name, "value": value, "url": url, "path": "/", "httpOnly": True,
+                 "sameSite": "Strict"},
+                session=session,
+            )  # fmt: skip
         devtools.send("Page.enable", session=session)
         devtools.send(
             "Emulation.setDeviceMetricsOverride",

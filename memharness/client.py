@@ -65,6 +65,7 @@ if TYPE_CHECKING:
     from pipelines.read.assemble import AssembledContext
     from pipelines.read.hits import RecallHits
     from pipelines.read.recall import KnowledgeView
+    from workers.own.inspector import Neighbourhood, PairView
     from workers.read.affected import Traversal
 
 log = logging.getLogger(__name__)
@@ -299,6 +300,32 @@ class MemoryClient(Owning):
         if not 1 <= max_hops <= 10:
             raise InvalidInput("max_hops", f"must be between 1 and 10, got {max_hops}", "10")
         return affected_by(self._pool, tenant_id, query, max_hops=max_hops)
+
+    def links(
+        self, memory_id: uuid.UUID | str, *, tenant_id: str, max_hops: int = 2
+    ) -> Neighbourhood:
+        """The memories linked to ``memory_id`` (entity, similar, causal) up to ``max_hops``
+        away, as nodes and links: what the inspector draws around a memory."""
+        from pipelines.own.versions import check_memory_id
+        from workers.own.inspector import memory_neighbourhood
+
+        check_id("tenant_id", tenant_id)
+        if not 1 <= max_hops <= 3:
+            raise InvalidInput("max_hops", f"must be between 1 and 3, got {max_hops}", "3")
+        return memory_neighbourhood(
+            self._pool, tenant_id, check_memory_id(memory_id), max_hops=max_hops
+        )
+
+    def conflicts(self, *, tenant_id: str, limit: int = 100) -> list[PairView]:
+        """The tenant's recorded conflicts (both memories kept) and automatic corrections
+        (one superseded by the other; ``undoable`` while :meth:`undo_correction` applies),
+        newest first."""
+        from workers.own.inspector import conflicts_and_supersessions
+
+        check_id("tenant_id", tenant_id)
+        if not 1 <= limit <= 500:
+            raise InvalidInput("limit", f"must be between 1 and 500, got {limit}", "500")
+        return conflicts_and_supersessions(self._pool, tenant_id, limit=limit)
 
     def complete_task(self, tenant_id: str, task_id: str) -> None:
         """The task is finished: its memories get an L3 task summary in the background."""

@@ -38,6 +38,7 @@ from memharness.server.gate import BodyTooLarge, Gate, too_large_body
 from memharness.server.ratelimit import ADDRESS_BUCKET_KEY, RateLimiter
 from memharness.server.routes import memories, own, reads, system, tasks
 from memharness.server.runtime import Runtime
+from memharness.server.ui.routes import mount_ui
 from pipelines.errors import Conflict, InvalidInput, NotFound
 
 log = logging.getLogger(__name__)
@@ -114,6 +115,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for module in (memories, own, reads, tasks, system):
         app.include_router(module.router)
     add_error_handlers(app)
+    mount_ui(app)
     app.add_middleware(Gate, runtime=runtime)
     return app
 

@@ -1,0 +1,1 @@
+"""The memory inspector: server-rendered pages under ``/ui`` of ``memharness serve``."""
