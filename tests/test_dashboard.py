@@ -63,6 +63,9 @@ METRICS: dict[str, str] = {
     "memharness_index_degraded": "gauge",
     "memharness_degraded_reads_total": "counter",
     "memharness_health_up": "gauge",
+    # LLM cost (scrape: the token ledger's totals)
+    "memharness_llm_tokens_total": "counter",
+    "memharness_llm_calls_total": "counter",
 }
 FAMILIES = {
     "Write health": {
@@ -88,6 +91,7 @@ FAMILIES = {
         "memharness_index_missing_points", "memharness_index_degraded",
         "memharness_degraded_reads_total", "memharness_health_up",
     },
+    "LLM cost": {"memharness_llm_tokens_total", "memharness_llm_calls_total"},
 }  # fmt: skip
 _HISTOGRAM_SERIES = ("_bucket", "_count", "_sum")
 _NAME_RE = re.compile(r"\bmemharness_[a-z0-9_]+")
