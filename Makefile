@@ -45,8 +45,7 @@ migrate: install services
 	$(BIN)/memharness migrate
 
 demo: install services
-	$(BIN)/memharness migrate
-	$(BIN)/memharness demo
+	$(BIN)/memharness demo $(ARGS)
 
 format: install
 	$(BIN)/ruff format .

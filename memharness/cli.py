@@ -270,6 +270,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if not args.verbose and args.command != "migrate":
+        # A command that migrates on its way (demo, the benchmarks) does not list each
+        # migration; `memharness migrate` does, and -v shows them everywhere.
+        logging.getLogger("alembic").setLevel(logging.WARNING)
     if not args.verbose:
         from memharness.cli_errors import quiet_connection_retries
 

