@@ -15,8 +15,20 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("config", "pipelines", "workers", "schedules", "memharness")
-# Code that moves data along one path (a folder on each floor).
-PATHS = ("write", "read", "cognition", "state", "index")
+# Code that moves data along one path: every package folder of the two floors (write, read,
+# cognition, state, index, own, health, ...), found rather than listed, so a new folder cannot
+# close a circle unseen. Modules directly under a floor (workers/clients.py, workers/window.py)
+# are shared by the paths and belong to none.
+PATHS = tuple(
+    sorted(
+        {
+            folder.name
+            for floor in ("pipelines", "workers")
+            for folder in (ROOT / floor).iterdir()
+            if (folder / "__init__.py").exists()
+        }
+    )
+)
 # A module of more lines than this says in its docstring why it must be one piece.
 MAX_LINES = 600
 
@@ -128,7 +140,8 @@ def test_no_pipeline_imports_the_composed_port() -> None:
 
 
 def test_the_paths_of_a_floor_import_each_other_without_a_circle() -> None:
-    # write, read, cognition, state and index folders, taken as units, form no circle either.
+    # the path folders, taken as units, form no circle either
+    assert {"write", "read", "cognition", "state", "index", "own", "health"} <= set(PATHS)
     for floor in ("pipelines", "workers"):
         edges: dict[str, set[str]] = {}
         for source, targets in graph().items():

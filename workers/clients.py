@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from pipelines.index.vectors import Embedder, VectorIndex
     from pipelines.read.tokens import TokenCounter
     from workers.ledger import BillableLLM
-    from workers.read.window import WorkingMemoryPool
+    from workers.window import WorkingMemoryPool
 
 
 T = TypeVar("T")
@@ -119,7 +119,7 @@ class Clients:
 
     @built_once
     def working_memory(self) -> WorkingMemoryPool:
-        from workers.read.window import WorkingMemoryPool
+        from workers.window import WorkingMemoryPool
 
         return WorkingMemoryPool(
             self.redis,

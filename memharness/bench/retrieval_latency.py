@@ -243,7 +243,7 @@ def measure(
     from workers.clients import Clients, tune_gc
     from workers.read.context import assemble_for
     from workers.read.request import check_context_call, layout_of
-    from workers.read.window import WorkingMemoryPool
+    from workers.window import WorkingMemoryPool
 
     now = datetime.now(UTC)
     embedder = build_embedder(settings)

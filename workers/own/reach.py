@@ -19,7 +19,7 @@ from psycopg.types.json import Jsonb
 from pipelines.own.versions import KnowledgeAction, rederive
 from workers.clients import Clients
 from workers.db.jobs import EMBED_JOB, UNINDEX_JOB
-from workers.read.window import KEY_PREFIX, WorkingMemoryPool
+from workers.window import KEY_PREFIX, WorkingMemoryPool
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pipelines.write.filter import tier1_filter
 from pipelines.write.request import NewMemory
-from workers.read.window import queue_push, turn_record
+from workers.window import queue_push, turn_record
 from workers.write.sql import (
     FIND_CONFLICT,
     INSERT_DECISION,

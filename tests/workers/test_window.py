@@ -12,7 +12,7 @@ from pipelines.read.window import SUMMARY_MAX_TOKENS
 from pipelines.records import MemoryType
 from workers.adapters.llm_offline import OfflineLLM
 from workers.adapters.tokenizer import load_token_counter
-from workers.read.window import (
+from workers.window import (
     TurnRecord,
     WorkingMemoryPool,
     lock_key,
