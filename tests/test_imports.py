@@ -182,12 +182,15 @@ def test_importing_the_client_loads_no_adapter_and_no_worker_service() -> None:
         ).stdout.split()
     )
     # then nothing of the workers' side came with it: no adapter, no model or engine client,
-    # no task module, no drain, index or cognition service
+    # no task module, no drain, index or cognition service, no cognitive pipeline (the
+    # checkpoint service is typed on the narrow protocol it calls, not the composed port)
     heavy = {
         name
         for name in loaded
         if name.startswith(("workers.adapters", "workers.index", "workers.cognition", "openai",
-                            "qdrant_client", "qdrant_edge", "tokenizers", "numpy"))
+                            "qdrant_client", "qdrant_edge", "tokenizers", "numpy",
+                            "pipelines.cognition", "pipelines.own", "pipelines.ports",
+                            "workers.ledger"))
         or (name.startswith("workers.") and name.endswith(".tasks"))
         or name in {"workers.write.drain", "workers.app", "celery"}
     }  # fmt: skip

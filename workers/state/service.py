@@ -19,16 +19,21 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Protocol
 
 from psycopg_pool import ConnectionPool
 
 from pipelines.errors import CheckpointFormatError, InvalidInput, LLMError
 from pipelines.records import check_id
-from pipelines.state.calibration import ResumeCalibration, apply_calibration, offline_calibration
+from pipelines.state.calibration import (
+    CalibrationLLM,
+    ResumeCalibration,
+    apply_calibration,
+    offline_calibration,
+)
 from pipelines.state.codec import decode_checkpoint, new_checkpoint
 from pipelines.state.migrations import FORMAT_VERSION
 from pipelines.state.models import TaskCheckpoint, TaskState, WorkingMemory
-from workers.ledger import BillableLLM
 from workers.state.sql import (
     StoredCheckpoint,
     fetch_by_id,
@@ -44,6 +49,18 @@ log = logging.getLogger(__name__)
 # Twenty saves reach back over several nodes of work at the default policy (a save per node
 # and per ten iterations); phase transitions are kept on top of these, however old.
 DEFAULT_KEEP_LAST = 20
+
+
+class BillableCalibration(CalibrationLLM, Protocol):
+    """What the checkpoint service asks of the engine: its name, resume calibration, and a
+    view of it billed to a tenant (``workers.ledger.BillableLLM`` is one). Narrow on purpose:
+    the client builds this service, and the whole composed port would load every cognitive
+    pipeline's models into each agent that imports ``memharness``."""
+
+    @property
+    def name(self) -> str: ...
+
+    def billed_to(self, tenant_id: str) -> BillableCalibration: ...
 
 
 @dataclass(frozen=True)
@@ -107,7 +124,7 @@ class CheckpointService:
     def __init__(
         self,
         pool: ConnectionPool,
-        llm: BillableLLM,
+        llm: BillableCalibration,
         *,
         keep_last: int = DEFAULT_KEEP_LAST,
         clock: Callable[[], datetime] = _utc_now,
