@@ -32,7 +32,8 @@ def test_recall_and_context_answers_never_reach_the_worker_log(workers: Any, cli
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         log = owner.log_text()
-        if "memory.recall.search" in log and "memory.recall.context" in log:
+        # the task lines ("name[id] succeeded"), not the names in the startup banner
+        if "memory.recall.search[" in log and "memory.recall.context[" in log:
             break
         time.sleep(0.2)
     assert "succeeded in" in log
