@@ -12,7 +12,7 @@ import pytest
 import redis
 
 from config import Settings
-from memharness.cli_errors import EXIT_UNREACHABLE, unreachable_line
+from memharness.cli.errors import EXIT_UNREACHABLE, unreachable_line
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -166,7 +166,7 @@ def test_serve_without_the_extra_says_how_to_install_it(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setattr(local_llm, "server_installed", lambda: False)
-    monkeypatch.setattr("memharness.llm_cli.server_installed", lambda: False)
+    monkeypatch.setattr("memharness.cli.llm.server_installed", lambda: False)
     assert main(["llm", "serve", "--model", "smollm2"]) == 2
     assert "make install-local-llm" in capsys.readouterr().err
 
@@ -174,7 +174,7 @@ def test_serve_without_the_extra_says_how_to_install_it(
 def test_serve_without_the_weights_says_how_to_fetch_them(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr("memharness.llm_cli.server_installed", lambda: True)
+    monkeypatch.setattr("memharness.cli.llm.server_installed", lambda: True)
     monkeypatch.setenv("MEMHARNESS_MODELS_DIR", str(tmp_path))
     from config import get_settings
 

@@ -16,13 +16,13 @@ from memharness.bench.embedders import EMBEDDERS
 from memharness.bench.forget import register_bench as register_forget_bench
 from memharness.bench.retrieval_latency import register_bench as register_latency
 from memharness.bench.system_quality import register_bench as register_system_quality
-from memharness.checkpoint_cli import register as register_checkpoints
-from memharness.checkpoint_cli import register_bench
-from memharness.health_cli import register as register_health
-from memharness.llm_cli import register as register_llm
+from memharness.cli.checkpoints import register as register_checkpoints
+from memharness.cli.checkpoints import register_bench
+from memharness.cli.health import register as register_health
+from memharness.cli.llm import register as register_llm
+from memharness.cli.own import register as register_own
+from memharness.cli.owning import register as register_owning
 from memharness.mcp_server.cli import register as register_mcp
-from memharness.own_cli import register as register_own
-from memharness.owning_cli import register as register_owning
 from memharness.server.cli import register as register_server
 
 
@@ -275,13 +275,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         # migration; `memharness migrate` does, and -v shows them everywhere.
         logging.getLogger("alembic").setLevel(logging.WARNING)
     if not args.verbose:
-        from memharness.cli_errors import quiet_connection_retries
+        from memharness.cli.errors import quiet_connection_retries
 
         quiet_connection_retries(args.command)
     try:
         result: int = args.func(args)
     except Exception as exc:
-        from memharness.cli_errors import EXIT_UNREACHABLE, unreachable_line
+        from memharness.cli.errors import EXIT_UNREACHABLE, unreachable_line
 
         line = unreachable_line(args.command, exc, get_settings())
         if line is None:
@@ -289,7 +289,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(line, file=sys.stderr)
         return EXIT_UNREACHABLE
     return result
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

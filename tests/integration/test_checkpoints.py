@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from memharness.bench.checkpoint import sample_state
-from memharness.checkpoint_cli import register
+from memharness.cli.checkpoints import register
 from pipelines.errors import CheckpointFormatError, InvalidInput, MalformedLLMOutput
 from pipelines.state.models import ActionEffect, NodeKind, PendingAction, TaskState
 from tests.support import checkpoint_agent as agent
