@@ -22,7 +22,6 @@ import importlib.util
 import json
 import os
 import secrets
-import socket
 import sys
 import time
 import urllib.request
@@ -37,6 +36,7 @@ from memharness.demo_script import RECALL_QUERIES, script
 from memharness.processes import (
     Managed,
     check_flower_credentials,
+    spare_port,
     start_api,
     start_beat,
     start_flower,
@@ -119,16 +119,6 @@ def demo_embedder_env() -> dict[str, str]:
     return {"MEMHARNESS_EMBEDDER": "e5"}
 
 
-def _free_port(preferred: int) -> int:
-    """``preferred`` when nothing listens there, else a port the kernel picks."""
-    with socket.socket() as probe:
-        try:
-            probe.bind(("127.0.0.1", preferred))
-        except OSError:
-            probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def _start_inspector(
     settings: Settings, tenant: str, env: dict[str, str], log_dir: Path
 ) -> Managed | None:
@@ -137,7 +127,7 @@ def _start_inspector(
 
     from memharness.server.keys import create_key
 
-    port = _free_port(settings.api_port)
+    port = spare_port(settings.api_port)
     api = start_api(port, env=env, log_dir=log_dir)
     if not wait_for_http(api, f"http://127.0.0.1:{port}/healthz"):
         print(f"== the API did not start; see {api.log_path}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -105,6 +106,16 @@ def start_beat(*, env: Mapping[str, str] | None = None, log_dir: Path = Path("va
         "--loglevel", "INFO", "-s", str(schedule),
     ]  # fmt: skip
     return _spawn("beat", argv, env, log_dir)
+
+
+def spare_port(preferred: int | None = None) -> int:
+    """``preferred`` when nothing listens on it, else a loopback port the kernel picks."""
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", preferred or 0))
+        except OSError:
+            probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 def start_api(

@@ -52,6 +52,11 @@ AUTO: Literal["auto"] = "auto"
 CLAIM_KEY = "memharness:bench:claim"
 
 
+def _claimant() -> str:
+    """Who holds a claim: this host and process, for whoever finds the key."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
 class BusyRedisDatabase(RuntimeError):
     """The Redis database asked for holds keys: another run's tasks or claim."""
 
@@ -75,10 +80,9 @@ def claim_redis_db(redis_url: str, wanted: RedisChoice) -> int | None:
     if wanted != AUTO and not 0 <= wanted < count:
         raise BusyRedisDatabase(f"redis_db must be within 0..{count - 1}, got {wanted}")
     candidates = range(1, count) if wanted == AUTO else (wanted,)
-    owner = f"{socket.gethostname()}:{os.getpid()}"
     for number in candidates:
         client = redis.Redis.from_url(f"{server}/{number}")
-        if client.dbsize() == 0 and client.set(CLAIM_KEY, owner, nx=True):
+        if client.dbsize() == 0 and client.set(CLAIM_KEY, _claimant(), nx=True):
             return number
     if wanted == AUTO:
         raise BusyRedisDatabase(f"no empty Redis database among 1..{count - 1} on {server}")
@@ -119,7 +123,7 @@ def clear_redis(settings: Settings, *, claimed: bool) -> None:
     client = redis.Redis.from_url(settings.redis_url)
     client.flushdb()
     if claimed:
-        client.set(CLAIM_KEY, f"{socket.gethostname()}:{os.getpid()}")
+        client.set(CLAIM_KEY, _claimant())
 
 
 def release_redis(settings: Settings) -> None:

@@ -183,23 +183,27 @@ def fit_partition(
     # Eviction order, scored only when something must give way: must_keep last, then the
     # lowest score first, then the earlier item first.
     order = _eviction_order(items, now, focus_terms) if total() > budget_tokens else []
-    shown = Counter(item.text for item in items)
+    # What each kept item shows, counted only when something must give way (most fits
+    # never overflow); a version line's count is taken once, not again every sweep.
+    shown = Counter(item.text for item in items) if order else Counter()
+    version_costs: dict[tuple[int, int], int] = {}
 
     def shown_text(i: int) -> str:
         return items[i].text if version[i] == 0 else items[i].versions[version[i] - 1]
 
-    def next_version(i: int) -> int | None:
-        """The next compressed version worth taking: one that costs fewer tokens than what
-        the item shows now and whose text no other item shows (a session summary covering
-        a short turn is longer than the turn, and two turns it covers would show it twice);
-        None when no version is, and the item is left to eviction."""
+    def next_version(i: int) -> tuple[int, int] | None:
+        """The next compressed version worth taking, with its line's count: one that costs
+        fewer tokens than what the item shows now and whose text no other item shows (a
+        session summary covering a short turn is longer than the turn, and two turns it
+        covers would show it twice); None when no version is, and the item is left to
+        eviction."""
         for v in range(version[i] + 1, len(items[i].versions) + 1):
-            text = items[i].versions[v - 1]
-            if shown[text] > 0:
+            if shown[items[i].versions[v - 1]] > 0:
                 continue
-            line_cost = counter.count(items[i].line(v) + "\n")
-            if line_cost < costs[i]:
-                return v
+            if (i, v) not in version_costs:
+                version_costs[i, v] = counter.count(items[i].line(v) + "\n")
+            if version_costs[i, v] < costs[i]:
+                return v, version_costs[i, v]
         return None
 
     while total() > budget_tokens:  # 1: compress, lowest score first, one level a sweep
@@ -208,14 +212,13 @@ def fit_partition(
             if total() <= budget_tokens:
                 break
             if kept[i] and version[i] < len(items[i].versions):
-                v = next_version(i)
-                if v is None:
+                taken = next_version(i)
+                if taken is None:
                     continue
                 shown[shown_text(i)] -= 1
-                version[i] = v
+                version[i], costs[i] = taken
                 shown[shown_text(i)] += 1
                 texts[i] = items[i].line(version[i])
-                costs[i] = cost(i)
                 progressed = True
         if not progressed:
             break

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import http.cookiejar
 import re
-import socket
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -17,15 +16,9 @@ from pathlib import Path
 import pytest
 
 from memharness.demo import demo_embedder_env, run_demo
-from memharness.processes import Managed
+from memharness.processes import Managed, spare_port
 
 pytestmark = pytest.mark.integration
-
-
-def _spare_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def test_the_demo_embeds_with_e5_unless_told_otherwise(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -41,7 +34,7 @@ def test_the_demo_recalls_by_meaning_and_prints_an_inspector_that_shows_its_memo
     monkeypatch.delenv("MEMHARNESS_EMBEDDER", raising=False)
     monkeypatch.chdir(Path(__file__).resolve().parents[2])
     demo_settings = settings.model_copy(
-        update={"flower_port": _spare_port(), "api_port": _spare_port()}
+        update={"flower_port": spare_port(), "api_port": spare_port()}
     )
     kept: list[Managed] = []
     real_stop = Managed.stop
