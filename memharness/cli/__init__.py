@@ -6,6 +6,6 @@ an unreachable service in ``errors``. The server's, the MCP server's and the ben
 subcommands register from their own packages.
 """
 
-from memharness.cli.main import COMMANDS, build_parser, main
+from memharness.cli.main import build_parser, main
 
-__all__ = ["COMMANDS", "build_parser", "main"]
+__all__ = ["build_parser", "main"]

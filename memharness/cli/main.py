@@ -6,7 +6,7 @@ import argparse
 import json
 import logging
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from config import get_settings
@@ -259,9 +259,6 @@ def build_parser() -> argparse.ArgumentParser:
     register_mcp(sub)
     register_llm(sub)
     return parser
-
-
-COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
