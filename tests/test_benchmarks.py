@@ -528,3 +528,20 @@ def test_a_benchmark_claims_an_empty_redis_database_and_refuses_a_busy_one(setti
                 scratch_settings(settings, db_suffix="x", qdrant_path=Path("q"), redis_db=number)
             )
     assert redis.Redis.from_url(f"{server}/{first}").dbsize() == 0
+
+
+@pytest.mark.integration
+def test_footprint_reports_bytes_per_memory_by_part(migrated, settings, capsys) -> None:  # type: ignore[no-untyped-def]
+    from memharness.bench.footprint import run
+
+    assert run(settings, memories=[1_000]) == 0
+    result = last_json(capsys)["runs"]["1k"]
+    assert result["memories"] == 1_000
+    # A memory's row is its content and metadata with indexes: hundreds of bytes, not tens.
+    assert 300 < result["pg_memories_table_bytes_per_memory"] < 20_000
+    parts = result["index_parts_bytes_per_memory"]
+    # Each named vector stores dim float32 per point, whatever the point fills.
+    for name in ("content", "context", "code"):
+        assert parts[f"vector:{name}"] >= result["dim"] * 4, name
+    assert result["index_bytes_per_memory"] == pytest.approx(sum(parts.values()), rel=0.01)
+    assert result["rss_mib_store_reopened"] > 0 and result["seed_memories_per_s"] > 0
