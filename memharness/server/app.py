@@ -68,6 +68,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         settings.database_url,
         min_size=1,
         max_size=2,
+        timeout=settings.db_pool_timeout_s,
         kwargs={"autocommit": True, "application_name": "memharness-api-keys"},
         open=False,
     )
