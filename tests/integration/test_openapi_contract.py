@@ -28,8 +28,8 @@ SCHEMATHESIS = Path(sys.executable).with_name("schemathesis")
 # 2 loaded cores; the unbounded run of `make test-contract` sets its own.
 MAX_EXAMPLES = int(os.environ.get("MEMHARNESS_CONTRACT_MAX_EXAMPLES", "12"))
 SEED = os.environ.get("MEMHARNESS_CONTRACT_SEED", "23")
-# One run's wall time, kept under the test's own timeout whatever the example count.
-RUN_TIMEOUT_S = float(os.environ.get("MEMHARNESS_CONTRACT_TIMEOUT_S", "150"))
+# One run's wall time, kept under the test's own timeout whatever the example count (0: none).
+RUN_TIMEOUT_S = float(os.environ.get("MEMHARNESS_CONTRACT_TIMEOUT_S", "150")) or None
 
 # Operations whose request bodies memharness/server/models.py still types `Any` (or parses
 # laxly), with the checks that fail because of it and only because of it: a body the schema
