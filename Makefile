@@ -71,7 +71,7 @@ test-soak: install services
 
 # schemathesis with every check over every operation, unbounded: many examples per operation
 # (CONTRACT_EXAMPLES, 1000) and a new seed each run unless CONTRACT_SEED names one; `make test`
-# runs the same test bounded (a fixed seed, 12 examples) to stay within its time.
+# runs the same test bounded (a fixed seed, 10 examples) to stay within its time.
 CONTRACT_EXAMPLES ?= 1000
 CONTRACT_SEED ?= $(shell echo $$RANDOM)
 test-contract: install services
