@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 PYTHON ?= python3
 STAMP := $(VENV)/.installed
 
-.PHONY: install install-minilm install-e5 install-local-llm services migrate demo test test-fast test-soak test-model format lint typecheck check bench docs lock clean
+.PHONY: install install-minilm install-e5 install-local-llm services migrate demo test test-fast test-soak test-contract test-model format lint typecheck check bench docs lock clean
 
 install: $(STAMP)
 
@@ -68,6 +68,16 @@ test-fast: install
 
 test-soak: install services
 	MEMHARNESS_SOAK=1 $(BIN)/pytest -m soak
+
+# schemathesis with every check over every operation, unbounded: many examples per operation
+# (CONTRACT_EXAMPLES, 1000) and a new seed each run unless CONTRACT_SEED names one; `make test`
+# runs the same test bounded (a fixed seed, 10 examples) to stay within its time.
+CONTRACT_EXAMPLES ?= 1000
+CONTRACT_SEED ?= $(shell echo $$RANDOM)
+test-contract: install services
+	MEMHARNESS_CONTRACT_MAX_EXAMPLES=$(CONTRACT_EXAMPLES) MEMHARNESS_CONTRACT_SEED=$(CONTRACT_SEED) \
+		MEMHARNESS_CONTRACT_TIMEOUT_S=0 $(BIN)/pytest tests/integration/test_openapi_contract.py \
+		-s --timeout 0
 
 # Every LLM port method against the real model: needs `make install-local-llm` (skips without).
 test-model: install services
