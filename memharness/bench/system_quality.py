@@ -83,6 +83,7 @@ from memharness.bench.system_ask import BUDGET_TOKENS, Asked, K, ask_questions
 from memharness.bench.system_store import (
     EXAMPLES,
     SETTLE_TIMEOUT_S,
+    WAIT_TIMEOUT_S,
     ModelLog,
     NightLog,
     Store,
@@ -217,6 +218,7 @@ def run(
     redis_db: RedisChoice = AUTO,
     llm: str = "offline",
     sessions: int | None = None,
+    wait_timeout_s: float = SETTLE_TIMEOUT_S,
 ) -> int:
     """The whole run on an empty Redis database of its own (``redis_db``: ``"auto"``, a
     number, or None for the one of ``base``, as the tests do)."""
@@ -236,6 +238,9 @@ def run(
             f"cannot load embedder {embedder!r}: {exc} ({embedders.requirement(embedder)})"
         )
     picked = loaded[: 1 if quick else (conversations or len(loaded))]
+    if wait_timeout_s <= 0:
+        return _fail(f"wait-timeout: must be above 0 s, got {wait_timeout_s}")
+    WAIT_TIMEOUT_S[0] = wait_timeout_s
     if sessions is not None and sessions < 1:
         return _fail(f"sessions: at least 1 session per conversation, got {sessions}")
     session_limit = sessions or (QUICK_SESSIONS if quick else None)
@@ -472,7 +477,7 @@ def replay_conversation(
                         receipt.memory_id if receipt.status == "accepted" else None
                     )
                 accepted = [r.memory_id for r in batch if r.status == "accepted"]
-                client.wait_until_settled(accepted, timeout_s=SETTLE_TIMEOUT_S)
+                client.wait_until_settled(accepted, timeout_s=WAIT_TIMEOUT_S[0])
                 wait_for(
                     lambda: store.settled(tenant), f"{session.key} embedded and linked",
                     store=store, detail=lambda: store.unsettled(tenant),
@@ -559,6 +564,12 @@ def register_bench(bench: argparse._SubParsersAction[argparse.ArgumentParser]) -
         default="offline",
         help="openai: the workers use the model of the MEMHARNESS_LLM_* settings",
     )
+    b.add_argument(
+        "--wait-timeout",
+        type=float,
+        default=SETTLE_TIMEOUT_S,
+        help="seconds each wait on the workers may take before the run fails",
+    )
     add_redis_argument(b)
     b.set_defaults(
         func=lambda args: run(
@@ -572,5 +583,6 @@ def register_bench(bench: argparse._SubParsersAction[argparse.ArgumentParser]) -
             redis_db=args.redis_db,
             llm=args.llm,
             sessions=args.sessions,
+            wait_timeout_s=args.wait_timeout,
         )
     )

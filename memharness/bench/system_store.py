@@ -23,6 +23,9 @@ COMPRESS_ROUNDS = 6
 COMPRESS_EVERY = timedelta(minutes=15)
 EXAMPLES = 5
 SETTLE_TIMEOUT_S = 600.0
+# The waits' timeout of this run (``--wait-timeout``): a model on a CPU settles a session in
+# many minutes where the rules take seconds.
+WAIT_TIMEOUT_S = [SETTLE_TIMEOUT_S]
 
 # -- the model of the workers -------------------------------------------------------------
 
@@ -106,11 +109,12 @@ def wait_for(
     detail: Callable[[], str] | None = None,
 ) -> Any:
     """Poll ``check`` until it is truthy. Never a hang: past ``timeout_s`` (default
-    ``SETTLE_TIMEOUT_S``) a TimeoutError says what was awaited and ``detail()`` (what is still
-    pending); with ``store``, a task that fails for good meanwhile (a dead letter, e.g. a link
-    task killed at its time limit, which nothing would publish again) ends the wait at once
-    with a RuntimeError naming the task and its reason."""
-    limit = SETTLE_TIMEOUT_S if timeout_s is None else timeout_s
+    ``WAIT_TIMEOUT_S``, 600 s unless ``--wait-timeout``) a TimeoutError says what was
+    awaited and ``detail()`` (what is still pending); with ``store``, a task that fails for
+    good meanwhile (a dead letter, e.g. a link task killed at its time limit, which nothing
+    would publish again) ends the wait at once with a RuntimeError naming the task and its
+    reason."""
+    limit = WAIT_TIMEOUT_S[0] if timeout_s is None else timeout_s
     deadline = time.monotonic() + limit
     while True:
         value = check()
