@@ -24,7 +24,7 @@ from tests.integration.test_http_api import key_for, spawn_server, stop_server, 
 pytestmark = pytest.mark.integration
 
 SCHEMATHESIS = Path(sys.executable).with_name("schemathesis")
-# 10 examples per operation and phase: about 1,200 cases over the 27 operations, 45-65 s on
+# 10 examples per operation and phase: about 1,400 cases over the 27 operations, 45-65 s on
 # 2 loaded cores; the unbounded run of `make test-contract` sets its own.
 MAX_EXAMPLES = int(os.environ.get("MEMHARNESS_CONTRACT_MAX_EXAMPLES", "10"))
 SEED = os.environ.get("MEMHARNESS_CONTRACT_SEED", "23")
