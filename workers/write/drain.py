@@ -175,7 +175,7 @@ def process_batch(ctx: Clients, jobs: list[ClaimedJob], report: DrainReport) -> 
             continue
         if time.monotonic() > deadline:
             # Out of time: hand the job back untouched, without spending an attempt.
-            retries.append(RetryResult(job.job_id, "released at drain deadline", 0.0))
+            retries.append(RetryResult(job.job_id, "released at drain deadline", 0.0, spent=False))
             continue
         type_hint = MemoryType(row["type"]) if row["type"] else None
         try:

@@ -165,6 +165,11 @@ class RetryResult:
     job_id: int
     error: str
     backoff_s: float
+    # False: the job was handed back untried (the drain ran out of time before it): its claim
+    # gives back the attempt it took and leaves the job's last real error as it was. With a
+    # model answering in tens of seconds, a batch's later jobs are released drain after drain
+    # and would otherwise be dead-lettered "after 5 attempts" without ever being tried.
+    spent: bool = True
 
 
 def _decision_rows(
@@ -257,12 +262,21 @@ def finish_batch(
             decisions.extend(_decision_rows(dropped.memory_id, dropped.tenant_id, dropped.verdicts))
         if decisions:
             cur.executemany(INSERT_DECISION, decisions)
-        if retries:
+        tried = [r for r in retries if r.spent]
+        if tried:
             cur.executemany(
                 "UPDATE jobs SET status = 'pending', last_error = %s, "
                 "lease_until = now() + make_interval(secs => %s), updated_at = now() "
                 "WHERE id = %s AND status = 'running'",
-                [(_storable(r.error[:2000]), r.backoff_s, r.job_id) for r in retries],
+                [(_storable(r.error[:2000]), r.backoff_s, r.job_id) for r in tried],
+            )
+        untried = [r for r in retries if not r.spent]
+        if untried:
+            cur.executemany(
+                "UPDATE jobs SET status = 'pending', attempts = greatest(attempts - 1, 0), "
+                "lease_until = now() + make_interval(secs => %s), updated_at = now() "
+                "WHERE id = %s AND status = 'running'",
+                [(r.backoff_s, r.job_id) for r in untried],
             )
         finished = [*done_job_ids, *(r.job_id for r in stored), *(r.job_id for r in discarded)]
         if finished:

@@ -241,3 +241,26 @@ def test_linking_past_its_deadline_stops_and_goes_on_in_the_next_message(
 
     # then every memory is linked, none twice
     assert db.execute("SELECT count(*) FROM memories WHERE linked_at IS NULL").fetchone()[0] == 0
+
+
+def test_a_job_released_at_the_drain_deadline_keeps_its_attempts(
+    db, redis_client, qdrant_path, settings: Settings, recorded
+) -> None:  # type: ignore[no-untyped-def]
+    # given a drain whose deadline has passed before its first job (as a batch's later jobs
+    # find it when a model answers in tens of seconds)
+    late = Clients(settings.model_copy(update={"write_drain_deadline_s": 1e-6}))
+    try:
+        # when it claims and releases the jobs more often than a job may be attempted
+        for _ in range(settings.job_max_attempts + 2):
+            assert drain_writes(late).retried == len(NOTES)
+    finally:
+        late.close()
+
+    # then no job was dead-lettered or charged an attempt, and a drain in time stores them all
+    rows = db.execute("SELECT status, attempts FROM jobs WHERE kind = %s", (WRITE_JOB,)).fetchall()
+    assert rows == [("pending", 0)] * len(NOTES)
+    ctx = Clients(settings)
+    try:
+        assert drain_writes(ctx).stored == len(NOTES)
+    finally:
+        ctx.close()
