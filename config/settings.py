@@ -392,6 +392,21 @@ class Settings(BaseSettings):
     api_rate_limit_burst: int = Field(
         200, ge=1, description="Requests a key may make at once before the rate applies."
     )
+    api_rate_limit_lease: int = Field(
+        10,
+        ge=1,
+        le=10_000,
+        description="Tokens of a key's bucket a server process takes from Redis at once and "
+        "spends locally (never more than the rate refills in api_rate_limit_lease_s); 1 asks "
+        "Redis for every request.",
+    )
+    api_rate_limit_lease_s: float = Field(
+        0.5,
+        gt=0,
+        le=60,
+        description="Seconds a server process may hold leased tokens before it gives the "
+        "rest back to the shared bucket with its next request.",
+    )
     api_unauthenticated_rate_per_s: float = Field(
         1.0,
         ge=0,

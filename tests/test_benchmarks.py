@@ -187,7 +187,8 @@ def test_api_reports_http_against_in_process(migrated, settings, capsys) -> None
     result = last_json(capsys)
     for key in ("http_record_p50_ms", "http_record_p99_ms", "inproc_record_p50_ms",
                 "http_record_to_inproc_p50", "records_per_s_8", "http_context_p95_ms",
-                "inproc_context_p95_ms"):  # fmt: skip
+                "inproc_context_p95_ms", "floor_p99_ms", "http_record_to_floor_p99",
+                "inproc_records_per_s_8", "http_to_inproc_records_8"):  # fmt: skip
         assert float(result[key]) > 0, key
     assert result["memories"] == 200
 

@@ -76,6 +76,23 @@ def _log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
+def floor_write_ms(
+    conn: psycopg.Connection[Any], app: Any, tenant: str, content: str, now: datetime
+) -> float:
+    """One floor write in ms: a bare INSERT + COMMIT of ``content`` into ``bench_floor``
+    (``FLOOR_TABLE``, created by the caller) and a bare ``send_task`` of it."""
+    started = time.perf_counter()
+    with conn.transaction():
+        conn.execute(
+            "INSERT INTO bench_floor (id, tenant_id, task_id, session_id, ts, content, "
+            "metadata) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+            (uuid.uuid4(), tenant, "t", "s", now, content, Jsonb({})),
+        )
+    # The floor is a bare send_task by definition (not the project's publish()).
+    app.send_task(TaskName.NOOP.value, args=[content], queue="bench-floor")
+    return (time.perf_counter() - started) * 1000
+
+
 def _measure_latency(
     settings: Settings, client: MemoryClient, samples: int
 ) -> tuple[list[float], list[float], list[float]]:
@@ -90,16 +107,7 @@ def _measure_latency(
             content = CONTENTS[i % len(CONTENTS)].format(n=i)
             now = datetime.now(UTC)
             # (a) the floor: what any durable, queued write has to pay at least
-            started = time.perf_counter()
-            with conn.transaction():
-                conn.execute(
-                    "INSERT INTO bench_floor (id, tenant_id, task_id, session_id, ts, content, "
-                    "metadata) VALUES (%s, %s, %s, %s, %s, %s, %s)",
-                    (uuid.uuid4(), tenant, "t", "s", now, content, Jsonb({})),
-                )
-            # The floor is a bare send_task by definition (not the project's publish()).
-            app.send_task(TaskName.NOOP.value, args=[content], queue="bench-floor")
-            floor = (time.perf_counter() - started) * 1000
+            floor = floor_write_ms(conn, app, tenant, content, now)
             # (b) record(): validation, tier-1 rules, memory + outbox row, publish; once with
             # metrics on and once off (another write: the same text is a duplicate), in
             # alternating order (metrics_overhead_record_p50)

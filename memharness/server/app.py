@@ -78,7 +78,11 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     )
     runtime.resolver = KeyResolver(runtime.key_pool, cache_s=settings.api_key_cache_s)
     runtime.limiter = RateLimiter(
-        runtime.redis, rate_per_s=settings.api_rate_limit_per_s, burst=settings.api_rate_limit_burst
+        runtime.redis,
+        rate_per_s=settings.api_rate_limit_per_s,
+        burst=settings.api_rate_limit_burst,
+        lease=settings.api_rate_limit_lease,
+        lease_s=settings.api_rate_limit_lease_s,
     )
     runtime.address_limiter = RateLimiter(
         runtime.redis,

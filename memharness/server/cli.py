@@ -33,6 +33,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         # No proxy headers by default: TLS and X-Forwarded-* belong to the deployment's proxy.
         "proxy_headers": False,
         "server_header": False,
+        # the C parser and libuv loop (pinned dependencies): h11 and the asyncio loop were a
+        # third of an HTTP write's time
+        "http": "httptools",
+        "loop": "auto" if sys.platform == "win32" else "uvloop",
     }
     if workers > 1:
         uvicorn.run("memharness.server.app:app_from_env", factory=True, workers=workers, **options)

@@ -198,6 +198,9 @@ def test_redis_unreachable_is_a_503_with_retry_after(migrated, db: Any, tmp_path
             # when Redis goes away
             redis_proc.terminate()
             redis_proc.wait(timeout=10)
+            # past api_rate_limit_lease_s (0.5 s): what the first request leased is expired, so
+            # the gate's next request asks Redis again
+            time.sleep(0.6)
 
             # then the gate and the routes that need it answer 503 in the one shape
             with session(limited, key) as client:

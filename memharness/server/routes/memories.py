@@ -15,7 +15,7 @@ from memharness.server.errors import KEYED, error_responses, from_validation
 from memharness.server.keys import Scope
 from memharness.server.models import BatchBody, NewMemoryBody, ReceiptOut, ReceiptsOut
 from memharness.server.params import MemoryIdPath
-from memharness.server.strict import StrictRoute
+from memharness.server.strict import PARSED_BODY, StrictRoute
 from pipelines.errors import InvalidInput, NotFound
 from pipelines.write.request import check_write_metadata
 from workers.write.plan import WriteReceipt
@@ -37,8 +37,10 @@ def json_response(payload: Any, status: int = 200) -> Response:
     )
 
 
-# The hot path parses its body with pydantic-core straight from the bytes and checks the
-# key's scope inline: FastAPI's body and dependency machinery cost more than the INSERT.
+_UNPARSED = object()
+
+# The hot path validates the body StrictRoute has parsed (once) and checks the key's scope
+# inline: FastAPI's body and dependency machinery cost more than the INSERT.
 _RECORD_DOCS: dict[str, Any] = {
     "requestBody": {
         "required": True,
@@ -69,7 +71,11 @@ async def record_memory(request: Request) -> Response:
     ``status`` is accepted, duplicate (a retry: the same ``memory_id``) or dropped (tier-1)."""
     key = key_of(request, Scope.WRITE)
     try:
-        payload = NewMemoryBody.model_validate_json(await request.body())
+        parsed = request.scope["state"].get(PARSED_BODY, _UNPARSED)
+        if parsed is _UNPARSED:
+            payload = NewMemoryBody.model_validate_json(await request.body())
+        else:  # StrictRoute has parsed it already: validate, do not parse twice
+            payload = NewMemoryBody.model_validate(parsed)
     except ValidationError as exc:
         raise from_validation(exc, "") from None
     runtime = runtime_of(request)
