@@ -21,7 +21,8 @@ from psycopg_pool import AsyncConnectionPool
 
 from config import Settings, get_settings
 from pipelines.records import MemoryType, Modality
-from pipelines.write.request import NewMemory, prepare_write
+from pipelines.requests.write import prepare_write
+from pipelines.write.request import NewMemory
 from workers.metrics import count_records
 from workers.write.plan import (
     Plan,

@@ -30,9 +30,10 @@ from pipelines.records import (
     check_id,
     check_text,
 )
+from pipelines.requests.write import prepare_write
 from pipelines.state.models import TaskState
 from pipelines.write.filter import tier1_filter
-from pipelines.write.request import NewMemory, prepare_write
+from pipelines.write.request import NewMemory
 from workers.clients import Clients
 from workers.db.rows import row_to_memory
 from workers.metrics import count_records
