@@ -31,15 +31,32 @@ INT64_MAX = 2**63 - 1
 class LimitSettings(Protocol):
     """The settings ``Limits.of`` reads (``config.Settings`` has them all)."""
 
-    content_max_bytes: int
-    metadata_max_bytes: int
-    api_batch_max_items: int
-    context_system_tokens: int
-    context_task_tokens: int
-    context_retrieved_tokens: int
-    context_recent_tokens: int
-    context_variables_tokens: int
-    context_scratch_tokens: int
+    @property
+    def content_max_bytes(self) -> int: ...
+
+    @property
+    def metadata_max_bytes(self) -> int: ...
+
+    @property
+    def api_batch_max_items(self) -> int: ...
+
+    @property
+    def context_system_tokens(self) -> int: ...
+
+    @property
+    def context_task_tokens(self) -> int: ...
+
+    @property
+    def context_retrieved_tokens(self) -> int: ...
+
+    @property
+    def context_recent_tokens(self) -> int: ...
+
+    @property
+    def context_variables_tokens(self) -> int: ...
+
+    @property
+    def context_scratch_tokens(self) -> int: ...
 
 
 @dataclass(frozen=True)

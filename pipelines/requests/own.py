@@ -133,7 +133,7 @@ class ListArgs(Args):
     level: int | str | None = Field(None, description="0-4, or L0-L4.")
     status: str | None = Field(None, description="A memory status, or any.")
     since: Annotated[datetime | None, BeforeValidator(instant)] = None
-    cursor: str | None = Field(None, max_length=4096)
+    cursor: str | None = None
     limit: Annotated[int, BeforeValidator(bounded_int(1, LIMIT_MAX))] = Field(
         50, ge=1, le=LIMIT_MAX
     )

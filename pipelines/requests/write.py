@@ -67,7 +67,7 @@ RequiredId = Annotated[
 OptionalId = Annotated[
     str | None,
     BeforeValidator(optional_id),
-    Field(max_length=128, description="An id with the same rules as task_id, or null."),
+    Field(description="An id with the same rules as task_id (1-128 characters), or null."),
 ]
 Content = Annotated[str, BeforeValidator(content_text), Field(min_length=1)]
 Timestamp = Annotated[datetime | None, BeforeValidator(instant)]
@@ -92,7 +92,7 @@ class RecordArgs(Args):
         default_factory=dict, description="A JSON object (size and depth limited)."
     )
     idempotency_key: Annotated[str | None, BeforeValidator(_idempotency_key)] = Field(
-        None, max_length=IDEMPOTENCY_KEY_MAX_CHARS, description="Unique within the tenant."
+        None, description=f"Unique within the tenant; 1-{IDEMPOTENCY_KEY_MAX_CHARS} characters."
     )
 
     def new_memory(self) -> NewMemory:
