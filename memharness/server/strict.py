@@ -72,8 +72,8 @@ class StrictRoute(APIRoute):
         async def strict(request: Request) -> Response:
             check_query(_names(request.query_params), declared)
             data = await request.body()  # cached: the route reads the same bytes
-            if data:
-                check_json_body(data)
+            # The parsed body, for a route that parses it into its request model itself.
+            request.state.json_body = check_json_body(data) if data else None
             return await handler(request)
 
         return strict
