@@ -13,7 +13,14 @@ from starlette.concurrency import run_in_threadpool
 
 from memharness.server.access import Reader, key_of, own_agent, own_tenant, runtime_of
 from memharness.server.keys import Scope
-from memharness.server.models import BatchBody, ErrorOut, NewMemoryBody, ReceiptOut, ReceiptsOut
+from memharness.server.models import (
+    BatchBody,
+    ErrorOut,
+    NewMemoryBody,
+    ReceiptOut,
+    ReceiptsOut,
+    inline_refs,
+)
 from memharness.server.strict import StrictRoute
 from pipelines.errors import InvalidInput, NotFound
 from pipelines.requests.write import RecordArgs, RecordManyArgs
@@ -43,7 +50,7 @@ def json_response(payload: Any, status: int = 200) -> Response:
 _RECORD_DOCS: dict[str, Any] = {
     "requestBody": {
         "required": True,
-        "content": {"application/json": {"schema": NewMemoryBody.model_json_schema()}},
+        "content": {"application/json": {"schema": inline_refs(NewMemoryBody.model_json_schema())}},
     },
     "parameters": [
         {
@@ -91,7 +98,7 @@ def json_object(request: Request) -> dict[str, Any]:
 _BATCH_DOCS: dict[str, Any] = {
     "requestBody": {
         "required": True,
-        "content": {"application/json": {"schema": BatchBody.model_json_schema()}},
+        "content": {"application/json": {"schema": inline_refs(BatchBody.model_json_schema())}},
     },
     "security": [{"HTTPBearer": []}],
 }

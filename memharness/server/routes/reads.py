@@ -22,6 +22,7 @@ from memharness.server.models import (
     ExplainBody,
     KnowledgeBody,
     RecallBody,
+    inline_refs,
 )
 from memharness.server.routes.memories import json_object, json_response
 from memharness.server.strict import StrictRoute
@@ -46,7 +47,7 @@ def _docs(body: type[Body]) -> dict[str, Any]:
     return {
         "requestBody": {
             "required": True,
-            "content": {"application/json": {"schema": body.model_json_schema()}},
+            "content": {"application/json": {"schema": inline_refs(body.model_json_schema())}},
         },
         "security": [{"HTTPBearer": []}],
     }
