@@ -29,7 +29,6 @@ from pipelines.records import (
     Modality,
 )
 from pipelines.requests.base import Limits
-from pipelines.requests.read import AffectedByArgs, ContextArgs, KnowledgeArgs, RecallArgs
 from pipelines.requests.tasks import CheckpointArgs, CompleteArgs, ResumeArgs, RollbackArgs
 from pipelines.requests.write import RecordArgs, RecordManyArgs
 from pipelines.state.models import TaskState
@@ -67,6 +66,7 @@ if TYPE_CHECKING:
     from pipelines.read.assemble import AssembledContext
     from pipelines.read.hits import RecallHits
     from pipelines.read.recall import KnowledgeView
+    from pipelines.requests.read import AffectedByArgs, ContextArgs, KnowledgeArgs, RecallArgs
     from workers.read.affected import Traversal
 
 log = logging.getLogger(__name__)
@@ -87,8 +87,7 @@ def run_plan(conn: Any, plan: Plan) -> WriteOutcome:
 
 
 def _answer(result: Any, timeout_s: float) -> Any:
-    """The owner's answer; on a timeout the pending result is dropped, so that a long-lived
-    client does not keep one result subscription per unanswered call."""
+    """The owner's answer; on a timeout the pending result is dropped (no stale subscription)."""
     try:
         return result.get(timeout=timeout_s)
     except Exception:
@@ -120,15 +119,14 @@ class MemoryClient(Owning):
 
     @property
     def limits(self) -> Limits:
-        """The configured limits every request of this client is parsed against (built on
-        first use: the context check needs the token counter)."""
+        """The limits requests are parsed against (built on first use: a token counter)."""
         if self._limits is None:
             self._limits = Limits.of(self.settings, counter=self._clients.counter)
         return self._limits
 
     @property
     def write_limits(self) -> Limits:
-        """The limits of a write: no token counter needed, so none is built."""
+        """The limits of a write: no token counter is built for it."""
         if self._limits is not None:
             return self._limits
         return Limits(
@@ -293,6 +291,8 @@ class MemoryClient(Owning):
     def affected_by(self, query: str, *, tenant_id: str, max_hops: int = 3) -> Traversal:
         """Multi-hop: the memories ``query`` is about, then what their causal links reach
         ("what does the delay of the auth module affect?")."""
+        from pipelines.requests.read import AffectedByArgs
+
         args = AffectedByArgs.parse(
             {"query": query, "tenant_id": tenant_id, "max_hops": max_hops}, self.write_limits
         )
@@ -402,6 +402,8 @@ class MemoryClient(Owning):
         A list of hits; its ``degraded`` is True while the vector index is known to miss
         stored memories (being restored from PostgreSQL): the hits then include PostgreSQL's
         keyword matches, so an incomplete index never answers a silent empty list."""
+        from pipelines.requests.read import RecallArgs
+
         args = RecallArgs.parse(
             {"query": query, "tenant_id": tenant_id, "task_id": task_id, "limit": limit},
             self.write_limits,
@@ -436,6 +438,8 @@ class MemoryClient(Owning):
         ``query`` keeps the items saying some of it, the ones saying most first (else the most
         confident first); at most ``limit`` (1-500). Raises :class:`InvalidInput` naming the
         field and the limit."""
+        from pipelines.requests.read import KnowledgeArgs
+
         args = KnowledgeArgs.parse(
             {"tenant_id": tenant_id, "kind": kind, "query": query, "limit": limit}
         )
@@ -477,6 +481,8 @@ class MemoryClient(Owning):
         ``recall`` queue). With a Qdrant server the pipeline runs here, on this client's own
         clients. Either way the call is checked here, once.
         """
+        from pipelines.requests.read import ContextArgs
+
         args = ContextArgs.parse(
             {
                 "tenant_id": tenant_id,

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 from pipelines.errors import InvalidInput
 from pipelines.records import MemoryType, check_id
 from pipelines.requests.base import Limits
-from pipelines.requests.own import CorrectArgs, ForgetArgs, HistoryArgs, UndoArgs
 from workers.publish import publish
 from workers.queues import TaskName
 from workers.write.wake import send_drain
@@ -27,6 +26,7 @@ if TYPE_CHECKING:
     from config import Settings
     from pipelines.own.history import MemoryHistory, TraceItem
     from pipelines.read.assemble import AssembledContext
+    from pipelines.requests.own import CorrectArgs, ForgetArgs, HistoryArgs, UndoArgs
     from workers.own.correct import CorrectionReceipt, UndoReceipt
     from workers.own.forget import ForgetReceipt
     from workers.own.inspector import Neighbourhood, PairView
@@ -71,6 +71,8 @@ class Owning:
         the old ones unless given. Raises :class:`InvalidInput`, :class:`NotFound` (no such
         memory in ``tenant_id``) or :class:`Conflict` (forgotten, or already corrected: correct
         the current version)."""
+        from pipelines.requests.own import CorrectArgs
+
         args = CorrectArgs.parse(
             {
                 "memory_id": memory_id,
@@ -121,6 +123,8 @@ class Owning:
         ``memory_id`` is the superseded memory (its :meth:`history` names the supersession).
         A person's correction is not undone this way (correct the current version instead).
         Raises :class:`InvalidInput`, :class:`NotFound` or :class:`Conflict`."""
+        from pipelines.requests.own import UndoArgs
+
         args = UndoArgs.parse(
             {"memory_id": memory_id, "tenant_id": tenant_id, "reason": reason, "actor": actor}
         )
@@ -164,6 +168,8 @@ class Owning:
         receipt with ``already=True``. The request is the audit log: who (``actor``), what
         (ids), when and why, never the content. Raises :class:`InvalidInput` or
         :class:`NotFound`."""
+        from pipelines.requests.own import ForgetArgs
+
         args = ForgetArgs.parse(
             {
                 "tenant_id": tenant_id,
@@ -213,6 +219,8 @@ class Owning:
         """Every version of a memory and what happened to each, with times and reasons:
         written, corrected and superseded, compressed, rolled back, evicted, cited by
         knowledge, forgotten. Raises :class:`NotFound` for an id not in ``tenant_id``."""
+        from pipelines.requests.own import HistoryArgs
+
         return self.run_history(HistoryArgs.parse({"memory_id": memory_id, "tenant_id": tenant_id}))
 
     def run_history(self, args: HistoryArgs) -> MemoryHistory:
