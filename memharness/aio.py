@@ -21,7 +21,9 @@ from psycopg_pool import AsyncConnectionPool
 
 from config import Settings, get_settings
 from pipelines.records import MemoryType, Modality
-from pipelines.write.request import NewMemory, prepare_write
+from pipelines.requests.base import Limits
+from pipelines.requests.write import RecordArgs
+from pipelines.write.request import NewMemory
 from workers.metrics import count_records
 from workers.write.plan import (
     Plan,
@@ -35,6 +37,8 @@ from workers.write.wake import DRAIN_FLAG, send_drain
 
 if TYPE_CHECKING:
     from celery import Celery
+
+    from memharness.client import MemoryClient
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +73,24 @@ class AsyncMemoryClient:
             self.settings.redis_url, socket_timeout=2, socket_connect_timeout=2
         )
         self._given_app = app
+        self.limits = Limits(
+            content_max_bytes=self.settings.content_max_bytes,
+            metadata_max_bytes=self.settings.metadata_max_bytes,
+        )
+        self._sync: MemoryClient | None = None
+
+    @property
+    def sync(self) -> MemoryClient:
+        """The blocking driver the calls without an asyncio plan run on, in a thread (built
+        on first use, on this client's settings and app)."""
+        if self._sync is None:
+            from memharness.client import MemoryClient
+
+            self._sync = MemoryClient(self.settings, app=self._given_app)
+        return self._sync
+
+    async def _blocking(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        return await asyncio.to_thread(getattr(self.sync, method), *args, **kwargs)
 
     @property
     def _app(self) -> Celery:
@@ -83,6 +105,8 @@ class AsyncMemoryClient:
         return self
 
     async def close(self) -> None:
+        if self._sync is not None:
+            self._sync.close()
         await self._pool.close()
         await self._redis.aclose()
 
@@ -108,22 +132,27 @@ class AsyncMemoryClient:
         idempotency_key: str | None = None,
     ) -> WriteReceipt:
         """Record one interaction. Raises :class:`InvalidInput` naming the field and limit."""
-        new = prepare_write(
-            content,
-            tenant_id=tenant_id,
-            task_id=task_id,
-            session_id=session_id,
-            type=type,
-            user_id=user_id,
-            agent_id=agent_id,
-            timestamp=timestamp,
-            modality=modality,
-            metadata=metadata,
-            idempotency_key=idempotency_key,
-            content_max_bytes=self.settings.content_max_bytes,
-            metadata_max_bytes=self.settings.metadata_max_bytes,
+        args = RecordArgs.parse(
+            {
+                "content": content,
+                "tenant_id": tenant_id,
+                "task_id": task_id,
+                "session_id": session_id,
+                "type": type,
+                "user_id": user_id,
+                "agent_id": agent_id,
+                "timestamp": timestamp,
+                "modality": modality,
+                "metadata": metadata,
+                "idempotency_key": idempotency_key,
+            },
+            self.limits,
         )
-        return await self._write(new)
+        return await self.run_record(args)
+
+    async def run_record(self, args: RecordArgs) -> WriteReceipt:
+        """The write plan of a checked record, on the event loop."""
+        return await self._write(args.new_memory())
 
     async def _write(self, new: NewMemory) -> WriteReceipt:
         async with self._pool.connection() as conn:
@@ -157,3 +186,50 @@ class AsyncMemoryClient:
                 log.warning("publish after commit failed (%s); the relay will retry", exc)
                 with contextlib.suppress(aredis.RedisError):
                     await self._redis.delete(DRAIN_FLAG)
+
+
+def _blocking_method(name: str) -> Any:
+    """An ``AsyncMemoryClient`` method that runs ``MemoryClient.<name>`` in a thread: the
+    same parse into the operation's ``*Args`` and the same plan, off the event loop."""
+
+    async def method(self: AsyncMemoryClient, *args: Any, **kwargs: Any) -> Any:
+        return await self._blocking(name, *args, **kwargs)
+
+    from memharness.client import MemoryClient
+
+    method.__name__ = name
+    method.__doc__ = getattr(MemoryClient, name).__doc__
+    return method
+
+
+# Every method MemoryClient has besides record (which has its asyncio plan above).
+BLOCKING_METHODS = (
+    "record_many",
+    "recall",
+    "context",
+    "affected_by",
+    "knowledge",
+    "get",
+    "links",
+    "conflicts",
+    "correct",
+    "undo_correction",
+    "forget",
+    "forget_status",
+    "wait_until_forgotten",
+    "history",
+    "explain",
+    "checkpoint",
+    "resume",
+    "rollback",
+    "complete_task",
+    "set_golden_queries",
+    "list_memories",
+    "list_semantic",
+    "export",
+    "import_file",
+    "wait_until_settled",
+    "stats",
+)
+for _name in BLOCKING_METHODS:
+    setattr(AsyncMemoryClient, _name, _blocking_method(_name))

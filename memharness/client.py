@@ -27,12 +27,13 @@ from pipelines.records import (
     MemoryStatus,
     MemoryType,
     Modality,
-    check_id,
-    check_text,
 )
+from pipelines.requests.base import Limits
+from pipelines.requests.tasks import CheckpointArgs, CompleteArgs, ResumeArgs, RollbackArgs
+from pipelines.requests.write import RecordArgs, RecordManyArgs
 from pipelines.state.models import TaskState
 from pipelines.write.filter import tier1_filter
-from pipelines.write.request import NewMemory, prepare_write
+from pipelines.write.request import NewMemory
 from workers.clients import Clients
 from workers.db.rows import row_to_memory
 from workers.metrics import count_records
@@ -65,7 +66,7 @@ if TYPE_CHECKING:
     from pipelines.read.assemble import AssembledContext
     from pipelines.read.hits import RecallHits
     from pipelines.read.recall import KnowledgeView
-    from workers.own.inspector import Neighbourhood, PairView
+    from pipelines.requests.read import AffectedByArgs, ContextArgs, KnowledgeArgs, RecallArgs
     from workers.read.affected import Traversal
 
 log = logging.getLogger(__name__)
@@ -86,8 +87,7 @@ def run_plan(conn: Any, plan: Plan) -> WriteOutcome:
 
 
 def _answer(result: Any, timeout_s: float) -> Any:
-    """The owner's answer; on a timeout the pending result is dropped, so that a long-lived
-    client does not keep one result subscription per unanswered call."""
+    """The owner's answer; on a timeout the pending result is dropped (no stale subscription)."""
     try:
         return result.get(timeout=timeout_s)
     except Exception:
@@ -115,6 +115,24 @@ class MemoryClient(Owning):
         self._redis = self._clients.redis
         self._given_app = app
         self._checkpoints: CheckpointService | None = None
+        self._limits: Limits | None = None
+
+    @property
+    def limits(self) -> Limits:
+        """The limits requests are parsed against (built on first use: a token counter)."""
+        if self._limits is None:
+            self._limits = Limits.of(self.settings, counter=self._clients.counter)
+        return self._limits
+
+    @property
+    def write_limits(self) -> Limits:
+        """The limits of a write: no token counter is built for it."""
+        if self._limits is not None:
+            return self._limits
+        return Limits(
+            content_max_bytes=self.settings.content_max_bytes,
+            metadata_max_bytes=self.settings.metadata_max_bytes,
+        )
 
     @property
     def _app(self) -> Celery:
@@ -154,22 +172,27 @@ class MemoryClient(Owning):
         idempotency_key: str | None = None,
     ) -> WriteReceipt:
         """Record one interaction. Raises :class:`InvalidInput` naming the field and limit."""
-        new = prepare_write(
-            content,
-            tenant_id=tenant_id,
-            task_id=task_id,
-            session_id=session_id,
-            type=type,
-            user_id=user_id,
-            agent_id=agent_id,
-            timestamp=timestamp,
-            modality=modality,
-            metadata=metadata,
-            idempotency_key=idempotency_key,
-            content_max_bytes=self.settings.content_max_bytes,
-            metadata_max_bytes=self.settings.metadata_max_bytes,
+        args = RecordArgs.parse(
+            {
+                "content": content,
+                "tenant_id": tenant_id,
+                "task_id": task_id,
+                "session_id": session_id,
+                "type": type,
+                "user_id": user_id,
+                "agent_id": agent_id,
+                "timestamp": timestamp,
+                "modality": modality,
+                "metadata": metadata,
+                "idempotency_key": idempotency_key,
+            },
+            self.write_limits,
         )
-        return self._write(new)
+        return self.run_record(args)
+
+    def run_record(self, args: RecordArgs) -> WriteReceipt:
+        """The write plan of a checked record (what every way in calls once it parsed)."""
+        return self._write(args.new_memory())
 
     def record_many(self, items: Iterable[Mapping[str, Any]]) -> list[WriteReceipt]:
         """Record several interactions; each item takes ``record``'s keyword arguments.
@@ -177,34 +200,10 @@ class MemoryClient(Owning):
         Every item is validated before anything is written, so one bad item writes nothing.
         The inserts share one pipelined round trip and the batch publishes one drain.
         """
-        prepared: list[NewMemory] = []
-        for index, item in enumerate(items):
-            if not isinstance(item, Mapping):
-                raise InvalidInput(
-                    f"items[{index}]",
-                    f"must be an object of record()'s fields, got {type(item).__name__}",
-                )
-            fields = dict(item)
-            try:
-                content = fields.pop("content")
-            except KeyError:
-                raise InvalidInput(f"items[{index}].content", "is required") from None
-            try:
-                prepared.append(
-                    prepare_write(
-                        content,
-                        content_max_bytes=self.settings.content_max_bytes,
-                        metadata_max_bytes=self.settings.metadata_max_bytes,
-                        **fields,
-                    )
-                )
-            except InvalidInput as exc:
-                raise InvalidInput(
-                    f"items[{index}].{exc.field}", str(exc).split(": ", 1)[1], exc.limit
-                ) from None
-            except TypeError as exc:
-                raise InvalidInput(f"items[{index}]", str(exc)) from None
-        return self._write_many(prepared)
+        return self.run_record_many(RecordManyArgs.parse({"items": items}, self.write_limits))
+
+    def run_record_many(self, args: RecordManyArgs) -> list[WriteReceipt]:
+        return self._write_many(args.new_memories())
 
     def _write(self, new: NewMemory) -> WriteReceipt:
         with self._pool.connection() as conn:
@@ -292,46 +291,27 @@ class MemoryClient(Owning):
     def affected_by(self, query: str, *, tenant_id: str, max_hops: int = 3) -> Traversal:
         """Multi-hop: the memories ``query`` is about, then what their causal links reach
         ("what does the delay of the auth module affect?")."""
-        from pipelines.read.request import QUERY_MAX_BYTES
+        from pipelines.requests.read import AffectedByArgs
+
+        args = AffectedByArgs.parse(
+            {"query": query, "tenant_id": tenant_id, "max_hops": max_hops}, self.write_limits
+        )
+        return self.run_affected_by(args)
+
+    def run_affected_by(self, args: AffectedByArgs) -> Traversal:
         from workers.read.affected import affected_by
 
-        check_id("tenant_id", tenant_id)
-        check_text("query", query, QUERY_MAX_BYTES)
-        if not 1 <= max_hops <= 10:
-            raise InvalidInput("max_hops", f"must be between 1 and 10, got {max_hops}", "10")
-        return affected_by(self._pool, tenant_id, query, max_hops=max_hops)
-
-    def links(
-        self, memory_id: uuid.UUID | str, *, tenant_id: str, max_hops: int = 2
-    ) -> Neighbourhood:
-        """The memories linked to ``memory_id`` (entity, similar, causal) up to ``max_hops``
-        away, as nodes and links: what the inspector draws around a memory."""
-        from pipelines.own.versions import check_memory_id
-        from workers.own.inspector import memory_neighbourhood
-
-        check_id("tenant_id", tenant_id)
-        if not 1 <= max_hops <= 3:
-            raise InvalidInput("max_hops", f"must be between 1 and 3, got {max_hops}", "3")
-        return memory_neighbourhood(
-            self._pool, tenant_id, check_memory_id(memory_id), max_hops=max_hops
-        )
-
-    def conflicts(self, *, tenant_id: str, limit: int = 100) -> list[PairView]:
-        """The tenant's recorded conflicts (both memories kept) and automatic corrections
-        (one superseded by the other; ``undoable`` while :meth:`undo_correction` applies),
-        newest first."""
-        from workers.own.inspector import conflicts_and_supersessions
-
-        check_id("tenant_id", tenant_id)
-        if not 1 <= limit <= 500:
-            raise InvalidInput("limit", f"must be between 1 and 500, got {limit}", "500")
-        return conflicts_and_supersessions(self._pool, tenant_id, limit=limit)
+        return affected_by(self._pool, args.tenant_id, args.query, max_hops=args.max_hops)
 
     def complete_task(self, tenant_id: str, task_id: str) -> None:
         """The task is finished: its memories get an L3 task summary in the background."""
-        check_id("tenant_id", tenant_id)
-        check_id("task_id", task_id)
-        publish(TaskName.COMPLETE_TASK, app=self._app, tenant_id=tenant_id, task_id=task_id)
+        args = CompleteArgs.parse({"tenant_id": tenant_id, "task_id": task_id})
+        self.run_complete_task(args)
+
+    def run_complete_task(self, args: CompleteArgs) -> None:
+        publish(
+            TaskName.COMPLETE_TASK, app=self._app, tenant_id=args.tenant_id, task_id=args.task_id
+        )
 
     # -- golden queries (retrieval health) ------------------------------------------------------
 
@@ -365,17 +345,37 @@ class MemoryClient(Owning):
         self, tenant_id: str, task_id: str, state: TaskState, *, phase_transition: bool = False
     ) -> uuid.UUID:
         """Save where the agent is: one transaction; returns the checkpoint id."""
+        args = CheckpointArgs.parse(
+            {
+                "tenant_id": tenant_id,
+                "task_id": task_id,
+                "state": state,
+                "phase_transition": phase_transition,
+            }
+        )
+        return self.run_checkpoint(args)
+
+    def run_checkpoint(self, args: CheckpointArgs) -> uuid.UUID:
         return self.checkpoints.checkpoint(
-            tenant_id, task_id, state, phase_transition=phase_transition
+            args.tenant_id, args.task_id, args.state, phase_transition=args.phase_transition
         )
 
     def resume(self, tenant_id: str, task_id: str) -> ResumeResult | None:
         """The newest checkpoint whose checksum holds, calibrated; None if none was saved."""
-        return self.checkpoints.resume(tenant_id, task_id)
+        return self.run_resume(ResumeArgs.parse({"tenant_id": tenant_id, "task_id": task_id}))
+
+    def run_resume(self, args: ResumeArgs) -> ResumeResult | None:
+        return self.checkpoints.resume(args.tenant_id, args.task_id)
 
     def rollback(self, tenant_id: str, task_id: str, checkpoint_id: uuid.UUID | str) -> uuid.UUID:
         """Make an earlier checkpoint the newest again; returns the new checkpoint's id."""
-        return self.checkpoints.rollback(tenant_id, task_id, checkpoint_id)
+        args = RollbackArgs.parse(
+            {"tenant_id": tenant_id, "task_id": task_id, "checkpoint_id": checkpoint_id}
+        )
+        return self.run_rollback(args)
+
+    def run_rollback(self, args: RollbackArgs) -> uuid.UUID:
+        return self.checkpoints.rollback(args.tenant_id, args.task_id, args.checkpoint_id)
 
     # -- reads -----------------------------------------------------------------------------
 
@@ -402,21 +402,24 @@ class MemoryClient(Owning):
         A list of hits; its ``degraded`` is True while the vector index is known to miss
         stored memories (being restored from PostgreSQL): the hits then include PostgreSQL's
         keyword matches, so an incomplete index never answers a silent empty list."""
-        from pipelines.read.hits import recall_hits
-        from pipelines.read.request import QUERY_MAX_BYTES
+        from pipelines.requests.read import RecallArgs
 
-        check_id("tenant_id", tenant_id)
-        check_id("task_id", task_id, required=False)
-        text = check_text("query", query, QUERY_MAX_BYTES)
-        if not 1 <= limit <= 100:
-            raise InvalidInput("limit", f"must be between 1 and 100, got {limit}", "100")
+        args = RecallArgs.parse(
+            {"query": query, "tenant_id": tenant_id, "task_id": task_id, "limit": limit},
+            self.write_limits,
+        )
+        return self.run_recall(args, timeout_s=timeout_s)
+
+    def run_recall(self, args: RecallArgs, *, timeout_s: float = 10.0) -> RecallHits:
+        from pipelines.read.hits import recall_hits
+
         result = publish(
             TaskName.RECALL_SEARCH,
             app=self._app,
-            tenant_id=tenant_id,
-            query=text,
-            task_id=task_id,
-            limit=limit,
+            tenant_id=args.tenant_id,
+            query=args.query,
+            task_id=args.task_id,
+            limit=args.limit,
         )
         return recall_hits(_answer(result, timeout_s))
 
@@ -435,9 +438,20 @@ class MemoryClient(Owning):
         ``query`` keeps the items saying some of it, the ones saying most first (else the most
         confident first); at most ``limit`` (1-500). Raises :class:`InvalidInput` naming the
         field and the limit."""
-        from workers.read.semantic import check_knowledge_call, list_knowledge
+        from pipelines.requests.read import KnowledgeArgs
 
-        call = check_knowledge_call(tenant_id=tenant_id, kind=kind, query=query, limit=limit)
+        args = KnowledgeArgs.parse(
+            {"tenant_id": tenant_id, "kind": kind, "query": query, "limit": limit}
+        )
+        return self.run_knowledge(args)
+
+    def run_knowledge(self, args: KnowledgeArgs) -> list[KnowledgeView]:
+        from workers.read.semantic import KnowledgeQuery, list_knowledge
+
+        text = None if args.query is None else " ".join(args.query.split())
+        call = KnowledgeQuery(
+            tenant_id=args.tenant_id, kind=args.kind, query=text, limit=args.limit
+        )
         return list_knowledge(self._pool, call)
 
     def context(
@@ -467,24 +481,30 @@ class MemoryClient(Owning):
         ``recall`` queue). With a Qdrant server the pipeline runs here, on this client's own
         clients. Either way the call is checked here, once.
         """
-        from workers.read.request import check_context_call, layout_of
+        from pipelines.requests.read import ContextArgs
 
-        call = check_context_call(
-            tenant_id=tenant_id,
-            task_id=task_id,
-            query=query,
-            budget_tokens=budget_tokens,
-            phase=phase,
-            focus=focus,
-            session_id=session_id,
-            system=system,
-            task_context=task_context,
-            variables=variables,
-            scratch=scratch,
-            counter=self._clients.counter,
-            layout=layout_of(self.settings),
-            content_max_bytes=self.settings.content_max_bytes,
+        args = ContextArgs.parse(
+            {
+                "tenant_id": tenant_id,
+                "task_id": task_id,
+                "query": query,
+                "budget_tokens": budget_tokens,
+                "phase": phase,
+                "focus": focus,
+                "session_id": session_id,
+                "system": system,
+                "task_context": task_context,
+                "variables": variables,
+                "scratch": scratch,
+            },
+            self.limits,
         )
+        return self.run_context(args, timeout_s=timeout_s)
+
+    def run_context(self, args: ContextArgs, *, timeout_s: float | None = None) -> AssembledContext:
+        """The context of a checked request: answered here with a Qdrant server, by the
+        store's owner in embedded mode (the call crosses the queue as JSON, unchecked)."""
+        call = args.call()
         if not self.settings.store_is_embedded:
             from workers.read.context import answer_call
             from workers.read.touch import publish_touch

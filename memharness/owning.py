@@ -12,7 +12,9 @@ import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from pipelines.errors import InvalidInput
 from pipelines.records import MemoryType, check_id
+from pipelines.requests.base import Limits
 from workers.publish import publish
 from workers.queues import TaskName
 from workers.write.wake import send_drain
@@ -24,8 +26,10 @@ if TYPE_CHECKING:
     from config import Settings
     from pipelines.own.history import MemoryHistory, TraceItem
     from pipelines.read.assemble import AssembledContext
+    from pipelines.requests.own import CorrectArgs, ForgetArgs, HistoryArgs, UndoArgs
     from workers.own.correct import CorrectionReceipt, UndoReceipt
     from workers.own.forget import ForgetReceipt
+    from workers.own.inspector import Neighbourhood, PairView
 
 log = logging.getLogger(__name__)
 
@@ -67,19 +71,38 @@ class Owning:
         the old ones unless given. Raises :class:`InvalidInput`, :class:`NotFound` (no such
         memory in ``tenant_id``) or :class:`Conflict` (forgotten, or already corrected: correct
         the current version)."""
+        from pipelines.requests.own import CorrectArgs
+
+        args = CorrectArgs.parse(
+            {
+                "memory_id": memory_id,
+                "new_content": new_content,
+                "tenant_id": tenant_id,
+                "reason": reason,
+                "actor": actor,
+                "type": type,
+                "metadata": metadata,
+            },
+            Limits(
+                content_max_bytes=self.settings.content_max_bytes,
+                metadata_max_bytes=self.settings.metadata_max_bytes,
+            ),
+        )
+        return self.run_correct(args)
+
+    def run_correct(self, args: CorrectArgs) -> CorrectionReceipt:
         from workers.own.correct import correct_memory
 
-        check_id("tenant_id", tenant_id)
         with self._pool.connection() as conn:
             receipt = correct_memory(
                 conn,
-                memory_id,
-                new_content,
-                tenant_id=tenant_id,
-                reason=reason,
-                actor=actor,
-                type=type,
-                metadata=metadata,
+                args.memory_id,
+                args.new_content,
+                tenant_id=args.tenant_id,
+                reason=args.reason,
+                actor=args.actor,
+                type=args.type,
+                metadata=args.metadata,
                 content_max_bytes=self.settings.content_max_bytes,
                 metadata_max_bytes=self.settings.metadata_max_bytes,
             )
@@ -100,12 +123,19 @@ class Owning:
         ``memory_id`` is the superseded memory (its :meth:`history` names the supersession).
         A person's correction is not undone this way (correct the current version instead).
         Raises :class:`InvalidInput`, :class:`NotFound` or :class:`Conflict`."""
+        from pipelines.requests.own import UndoArgs
+
+        args = UndoArgs.parse(
+            {"memory_id": memory_id, "tenant_id": tenant_id, "reason": reason, "actor": actor}
+        )
+        return self.run_undo_correction(args)
+
+    def run_undo_correction(self, args: UndoArgs) -> UndoReceipt:
         from workers.own.correct import undo_supersession
 
-        check_id("tenant_id", tenant_id)
         with self._pool.connection() as conn:
             receipt = undo_supersession(
-                conn, memory_id, tenant_id=tenant_id, reason=reason, actor=actor
+                conn, args.memory_id, tenant_id=args.tenant_id, reason=args.reason, actor=args.actor
             )
         if receipt.status != "replay":
             from workers.metrics import count_automatic_corrections
@@ -138,20 +168,26 @@ class Owning:
         receipt with ``already=True``. The request is the audit log: who (``actor``), what
         (ids), when and why, never the content. Raises :class:`InvalidInput` or
         :class:`NotFound`."""
-        from pipelines.own.versions import check_forget_call
+        from pipelines.requests.own import ForgetArgs
+
+        args = ForgetArgs.parse(
+            {
+                "tenant_id": tenant_id,
+                "reason": reason,
+                "actor": actor,
+                "memory_id": memory_id,
+                "task_id": task_id,
+                "session_id": session_id,
+                "whole_tenant": whole_tenant,
+            }
+        )
+        return self.run_forget(args)
+
+    def run_forget(self, args: ForgetArgs) -> ForgetReceipt:
         from workers.own.forget import request_forget
 
-        call = check_forget_call(
-            tenant_id=tenant_id,
-            reason=reason,
-            actor=actor,
-            memory_id=memory_id,
-            task_id=task_id,
-            session_id=session_id,
-            whole_tenant=whole_tenant,
-        )
         with self._pool.connection() as conn:
-            receipt = request_forget(conn, call)
+            receipt = request_forget(conn, args.call())
         if receipt.status != "done":
             self._after_ownership(drain=False)
         return receipt
@@ -183,12 +219,15 @@ class Owning:
         """Every version of a memory and what happened to each, with times and reasons:
         written, corrected and superseded, compressed, rolled back, evicted, cited by
         knowledge, forgotten. Raises :class:`NotFound` for an id not in ``tenant_id``."""
-        from pipelines.own.versions import check_memory_id
+        from pipelines.requests.own import HistoryArgs
+
+        return self.run_history(HistoryArgs.parse({"memory_id": memory_id, "tenant_id": tenant_id}))
+
+    def run_history(self, args: HistoryArgs) -> MemoryHistory:
         from workers.own.history import memory_history
 
-        check_id("tenant_id", tenant_id)
         with self._pool.connection() as conn:
-            return memory_history(conn, tenant_id, check_memory_id(memory_id))
+            return memory_history(conn, args.tenant_id, args.memory_id)
 
     def explain(self, context: AssembledContext, *, tenant_id: str) -> list[TraceItem]:
         """Which memories an assembled context came from (ids, levels, versions) and why each
@@ -213,6 +252,32 @@ class Owning:
             else i
             for i in items
         ]
+
+    def links(
+        self, memory_id: uuid.UUID | str, *, tenant_id: str, max_hops: int = 2
+    ) -> Neighbourhood:
+        """The memories linked to ``memory_id`` (entity, similar, causal) up to ``max_hops``
+        away, as nodes and links: what the inspector draws around a memory."""
+        from pipelines.own.versions import check_memory_id
+        from workers.own.inspector import memory_neighbourhood
+
+        check_id("tenant_id", tenant_id)
+        if not 1 <= max_hops <= 3:
+            raise InvalidInput("max_hops", f"must be between 1 and 3, got {max_hops}", "3")
+        return memory_neighbourhood(
+            self._pool, tenant_id, check_memory_id(memory_id), max_hops=max_hops
+        )
+
+    def conflicts(self, *, tenant_id: str, limit: int = 100) -> list[PairView]:
+        """The tenant's recorded conflicts (both memories kept) and automatic corrections
+        (one superseded by the other; ``undoable`` while :meth:`undo_correction` applies),
+        newest first."""
+        from workers.own.inspector import conflicts_and_supersessions
+
+        check_id("tenant_id", tenant_id)
+        if not 1 <= limit <= 500:
+            raise InvalidInput("limit", f"must be between 1 and 500, got {limit}", "500")
+        return conflicts_and_supersessions(self._pool, tenant_id, limit=limit)
 
     def _after_ownership(self, *, drain: bool) -> None:
         """After COMMIT: the owner settles the change; a lost message is the relay's."""

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
 from mcp_types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
 from pydantic import Field, ValidationError
 
@@ -361,7 +362,39 @@ def build_server(
     ) -> ForgetAnswer:
         return tools.forget(memory_id, reason)
 
+    make_strict(server)
     return server
+
+
+class StrictArguments(FuncMetadata):
+    """A tool's arguments read as the API reads a body: strict JSON types (``limit: "5"`` is
+    not 5, a JSON text is not unpacked into a list or an object) and no unknown argument."""
+
+    def validate_arguments(self, arguments_to_validate: dict[str, Any]) -> dict[str, Any]:
+        fields = self.arg_model.model_fields
+        known = {field.alias or name for name, field in fields.items()}
+        for name in arguments_to_validate:
+            if name not in known:
+                raise InvalidInput(
+                    name[:60],
+                    f"is not an argument of this tool (it takes: {', '.join(sorted(known))})",
+                )
+        raw = json.dumps(arguments_to_validate, allow_nan=False)
+        model = self.arg_model.model_validate_json(raw, strict=True)
+        return model.model_dump_one_level()
+
+
+def make_strict(server: MemoryServer) -> None:
+    """Every tool of ``server`` validates strictly and says so in its input schema."""
+    for tool in server._tool_manager.list_tools():
+        meta = tool.fn_metadata
+        tool.fn_metadata = StrictArguments(
+            arg_model=meta.arg_model,
+            output_schema=meta.output_schema,
+            output_model=meta.output_model,
+            wrap_output=meta.wrap_output,
+        )
+        tool.parameters = {**tool.parameters, "additionalProperties": False}
 
 
 def build_for(settings: "Settings", memory: "MemoryClient", binding: Binding) -> MemoryServer:

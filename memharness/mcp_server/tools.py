@@ -18,8 +18,7 @@ from pydantic import BaseModel, Field, JsonValue, ValidationError
 
 from pipelines.errors import Conflict, InvalidInput
 from pipelines.own.versions import ACTOR_MAX_CHARS
-from pipelines.read.request import QUERY_MAX_BYTES
-from pipelines.records import MemoryType, TaskPhase, check_id, check_text
+from pipelines.records import MemoryType, TaskPhase, check_id
 from pipelines.state.models import TaskState
 
 if TYPE_CHECKING:
@@ -165,16 +164,18 @@ class MemoryTools:
         )
 
     def recall(self, query: str, task_id: str | None = None, limit: int = 5) -> RecallAnswer:
-        # Checked here under their own names: the client reuses the write checks for them.
-        check_text("query", query, QUERY_MAX_BYTES)
-        check_id("task_id", task_id, required=False)
-        hits = self.memory.recall(
-            query,
-            tenant_id=self.binding.tenant_id,
-            task_id=task_id,
-            limit=limit,
-            timeout_s=self.recall_timeout_s,
+        from pipelines.requests.read import RecallArgs
+
+        args = RecallArgs.parse(
+            {
+                "query": query,
+                "tenant_id": self.binding.tenant_id,
+                "task_id": task_id,
+                "limit": limit,
+            },
+            self.memory.write_limits,
         )
+        hits = self.memory.run_recall(args, timeout_s=self.recall_timeout_s)
         return RecallAnswer(
             hits=[Hit.model_validate(hit) for hit in hits],
             degraded=getattr(hits, "degraded", False),

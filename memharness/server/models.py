@@ -1,6 +1,7 @@
-"""The JSON bodies of the API. Fields the client's own checks cover are typed loosely
-(``Any``) on purpose: ``prepare_write`` and ``check_context_call`` then refuse a bad value with
-exactly the ``InvalidInput`` the Python client raises, so both say the same thing. No body
+"""The JSON bodies of the API. Each body takes its JSON schema from its operation's request
+model (``pipelines.requests``: ``typed_as``), so the OpenAPI gives every value a type; the
+value itself is checked once, where it is parsed into that ``*Args`` (by the route or the
+client), so a bad one is the ``InvalidInput`` the Python client raises. No body
 carries a tenant that matters: the key names it, and a ``tenant_id`` naming another tenant is
 refused (403)."""
 
@@ -10,6 +11,48 @@ from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from pipelines.requests.base import Args
+from pipelines.requests.own import CorrectArgs, ForgetArgs, UndoArgs
+from pipelines.requests.read import AffectedByArgs, ContextArgs, KnowledgeArgs, RecallArgs
+from pipelines.requests.tasks import GoldenArgs
+from pipelines.requests.write import RecordArgs
+
+
+def inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` with every ``#/$defs/...`` reference replaced by its definition, so that a
+    request model's field schema stands alone in the OpenAPI document."""
+    defs = schema.pop("$defs", {})
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/"):
+                rest = {k: v for k, v in node.items() if k != "$ref"}
+                return walk({**defs[ref.removeprefix("#/$defs/")], **rest})
+            return {key: walk(value) for key, value in node.items()}
+        if isinstance(node, list):
+            return [walk(item) for item in node]
+        return node
+
+    return dict(walk(schema))
+
+
+def typed_as(args: type[Args], **renamed: str) -> ConfigDict:
+    """A body's config: unknown fields refused, and each field's schema the request model's
+    (``renamed``: body name -> request name), keeping the body's description and default."""
+
+    def extra(schema: dict[str, Any]) -> None:
+        source = inline_refs(args.model_json_schema())["properties"]
+        for name, prop in schema.get("properties", {}).items():
+            typed = source.get(renamed.get(name, name))
+            if typed is None or name == "tenant_id":  # optional here: the key names it
+                continue
+            keep = {k: prop[k] for k in ("description", "default") if k in prop}
+            prop.clear()
+            prop.update({k: v for k, v in typed.items() if k != "title"}, **keep)
+
+    return ConfigDict(extra="forbid", json_schema_extra=extra)
 
 
 class Body(BaseModel):
@@ -21,6 +64,8 @@ class Body(BaseModel):
 
 
 class NewMemoryBody(Body):
+    model_config = typed_as(RecordArgs)
+
     content: Any = Field(description="The interaction, as text (at most content_max_bytes).")
     task_id: Any = Field(description="The task this interaction belongs to.")
     session_id: Any = Field(description="The session (conversation) of the interaction.")
@@ -37,6 +82,8 @@ class NewMemoryBody(Body):
 
 
 class BatchItem(NewMemoryBody):
+    model_config = typed_as(RecordArgs)
+
     idempotency_key: Any = Field(None, description="Unique within the tenant, like the header.")
 
 
@@ -45,12 +92,16 @@ class BatchBody(Body):
 
 
 class RecallBody(Body):
+    model_config = typed_as(RecallArgs)
+
     query: Any = Field(description="What to look for.")
     task_id: Any = Field(None, description="Only this task's memories.")
     limit: int = Field(5, description="At most this many hits (1-100).")
 
 
 class ContextBody(Body):
+    model_config = typed_as(ContextArgs)
+
     task_id: Any
     query: Any
     budget_tokens: Any = Field(description="The token budget of the whole context.")
@@ -64,6 +115,8 @@ class ContextBody(Body):
 
 
 class AffectedBody(Body):
+    model_config = typed_as(AffectedByArgs)
+
     query: Any
     max_hops: int = Field(3, description="1-10 hops along causal links.")
 
@@ -91,6 +144,8 @@ class ErrorOut(BaseModel):
 
 
 class CorrectBody(Body):
+    model_config = typed_as(CorrectArgs, content="new_content")
+
     content: Any = Field(description="What the memory says now (at most content_max_bytes).")
     reason: Any = Field(description="Why it changed; kept in the memory's history.")
     type: Any = Field(None, description="The new version's type; omitted: the old one's.")
@@ -98,10 +153,14 @@ class CorrectBody(Body):
 
 
 class UndoBody(Body):
+    model_config = typed_as(UndoArgs)
+
     reason: Any = Field(description="Why the supersession was wrong; kept in the history.")
 
 
 class ForgetBody(Body):
+    model_config = typed_as(ForgetArgs)
+
     reason: Any = Field(description="Why; the audit log keeps it (never the content).")
     memory_id: Any = Field(None, description="One memory, every version of it.")
     task_id: Any = Field(None, description="Every memory of a task.")
@@ -112,6 +171,8 @@ class ForgetBody(Body):
 
 
 class KnowledgeBody(Body):
+    model_config = typed_as(KnowledgeArgs)
+
     kind: Any = Field(None, description="preference, pattern, mistake, convention, owner, stack.")
     query: Any = Field(None, description="Keep the items saying some of it, most first.")
     limit: Any = Field(50, description="At most this many items (1-500).")
@@ -122,6 +183,8 @@ class ExplainBody(Body):
 
 
 class GoldenQueriesBody(Body):
+    model_config = typed_as(GoldenArgs)
+
     queries: list[Any] = Field(
         description='Each {"query": ..., "expected_id": ...}: a question and the memory it '
         "must find in the top K. Replaces the tenant's earlier ones."

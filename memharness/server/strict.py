@@ -23,8 +23,6 @@ from fastapi.routing import APIRoute
 from pipelines.errors import InvalidInput
 
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
-# Where the strict parse of a request's body is kept, in the request's state.
-PARSED_BODY = "json_body"
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -74,9 +72,8 @@ class StrictRoute(APIRoute):
         async def strict(request: Request) -> Response:
             check_query(_names(request.query_params), declared)
             data = await request.body()  # cached: the route reads the same bytes
-            if data:
-                # kept for a route that validates the parsed value instead of parsing again
-                request.scope.setdefault("state", {})[PARSED_BODY] = check_json_body(data)
+            # The parsed body, for a route that parses it into its request model itself.
+            request.state.json_body = check_json_body(data) if data else None
             return await handler(request)
 
         return strict

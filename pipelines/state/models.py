@@ -161,7 +161,8 @@ class TaskState(BaseModel):
     last_tool_calls: tuple[ToolCall, ...] = ()
     pending_actions: tuple[PendingAction, ...] = ()
     token_usage: TokenUsage = Field(default_factory=TokenUsage)
-    iteration: int = Field(0, ge=0)
+    # PostgreSQL keeps it in an integer column (checkpoints.iteration).
+    iteration: int = Field(0, ge=0, le=2**31 - 1)
     working_memory: WorkingMemory = Field(default_factory=WorkingMemory, exclude=True)
 
     @model_validator(mode="after")

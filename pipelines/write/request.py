@@ -1,6 +1,6 @@
-"""A write request: ``prepare_write`` checks what ``MemoryClient.record`` was given and
-gives it its deterministic id, so that a retried call gets the id of its first attempt.
-Pure: nothing is stored.
+"""What a checked write is: :class:`NewMemory` with its deterministic id (so that a retried
+call gets the id of its first attempt), and the metadata rule. The request that produces it
+is ``pipelines.requests.write.RecordArgs``. Pure: nothing is stored.
 """
 
 from __future__ import annotations
@@ -19,11 +19,6 @@ from pipelines.records import (
     ID_NAMESPACE,
     MemoryType,
     Modality,
-    check_enum,
-    check_id,
-    check_text,
-    check_timestamp,
-    content_hash,
     type_name,
 )
 
@@ -67,66 +62,6 @@ def memory_id_for(
         return uuid.uuid5(ID_NAMESPACE, f"key\x1f{tenant_id}\x1f{key}")
     return uuid.uuid5(
         ID_NAMESPACE, f"hash\x1f{tenant_id}\x1f{task_id}\x1f{session_id}\x1f{content_hash.hex()}"
-    )
-
-
-def prepare_write(
-    content: object,
-    *,
-    tenant_id: object,
-    task_id: object,
-    session_id: object,
-    type: object = None,
-    user_id: object = None,
-    agent_id: object = None,
-    timestamp: object = None,
-    modality: object = "text",
-    metadata: object = None,
-    idempotency_key: object = None,
-    content_max_bytes: int = 65536,
-    metadata_max_bytes: int = 8192,
-) -> NewMemory:
-    """Validate a write request and give it its deterministic id. Pure: nothing is stored."""
-    tenant = check_id("tenant_id", tenant_id)
-    task = check_id("task_id", task_id)
-    session = check_id("session_id", session_id)
-    assert tenant is not None and task is not None and session is not None
-    user = check_id("user_id", user_id, required=False)
-    agent = check_id("agent_id", agent_id, required=False)
-    text = check_text("content", content, content_max_bytes)
-    memory_type = None if type is None else check_enum("type", type, MemoryType)
-    mode = check_enum("modality", modality, Modality)
-    meta = check_write_metadata(metadata, metadata_max_bytes)
-    when = check_timestamp(timestamp)
-    key: str | None = None
-    if idempotency_key is not None:
-        if not isinstance(idempotency_key, str):
-            raise InvalidInput(
-                "idempotency_key", f"must be a string, got {type_name(idempotency_key)}"
-            )
-        if not idempotency_key.strip() or len(idempotency_key) > IDEMPOTENCY_KEY_MAX_CHARS:
-            raise InvalidInput(
-                "idempotency_key",
-                f"must be 1-{IDEMPOTENCY_KEY_MAX_CHARS} characters, got {len(idempotency_key)}",
-                limit=f"{IDEMPOTENCY_KEY_MAX_CHARS} chars",
-            )
-        check_text("idempotency_key", idempotency_key, IDEMPOTENCY_KEY_MAX_CHARS * 4)
-        key = idempotency_key
-    digest = content_hash(text)
-    return NewMemory(
-        id=memory_id_for(tenant, task, session, digest, key),
-        tenant_id=tenant,
-        user_id=user,
-        agent_id=agent,
-        task_id=task,
-        session_id=session,
-        timestamp=when,
-        type=memory_type,
-        content=text,
-        content_hash=digest,
-        modality=mode,
-        metadata=meta,
-        idempotency_key=key,
     )
 
 

@@ -262,3 +262,30 @@ def test_a_tool_error_is_an_is_error_result_with_the_object_as_text_and_data() -
     result = tool_error({"error": "conflict", "field": "x", "message": "m", "limit": None})
     assert result.is_error
     assert json.loads(result.content[0].text) == result.structured_content  # type: ignore[union-attr]
+
+
+# -- strict arguments, as strict as the HTTP API's bodies ------------------------------------
+
+
+def test_a_number_sent_as_text_is_refused(server) -> None:  # type: ignore[no-untyped-def]
+    error = error_of(call(server, "recall", {"query": "billing", "limit": "5"}))
+    assert (error["error"], error["field"]) == ("invalid_input", "limit")
+    error = error_of(
+        call(server, "get_context", {"task_id": "t", "query": "q", "budget_tokens": "8000"})
+    )
+    assert error["field"] == "budget_tokens"
+
+
+def test_an_unknown_argument_is_refused(server) -> None:  # type: ignore[no-untyped-def]
+    error = error_of(call(server, "recall", {"query": "billing", "tenant_id": "other"}))
+    assert (error["error"], error["field"]) == ("invalid_input", "tenant_id")
+
+
+def test_every_input_schema_forbids_unknown_arguments(server) -> None:  # type: ignore[no-untyped-def]
+    async def body(client: Client) -> Any:
+        return await client.list_tools()
+
+    listed = run(server, body)
+    assert {tool.name: tool.input_schema.get("additionalProperties") for tool in listed.tools} == {
+        name: False for name in TOOLS
+    }

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from pipelines.errors import InvalidInput
 from pipelines.records import MemoryType
-from pipelines.write.request import prepare_write
+from pipelines.requests.write import prepare_write
 
 SCOPE = {"tenant_id": "acme", "task_id": "t-1", "session_id": "s-1"}
 

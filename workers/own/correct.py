@@ -33,7 +33,7 @@ from pipelines.own.versions import (
     correction_id,
     replacement_knowledge,
 )
-from pipelines.write.request import prepare_write
+from pipelines.requests.write import prepare_write
 from workers.clients import Clients
 from workers.db.jobs import EMBED_JOB, ClaimedJob, claim_jobs
 from workers.db.rows import fetch_rows, row_to_memory

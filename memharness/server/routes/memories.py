@@ -5,19 +5,26 @@ from __future__ import annotations
 
 import json
 import uuid
+from dataclasses import replace
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
-from pydantic import ValidationError
+from starlette.concurrency import run_in_threadpool
 
-from memharness.server.access import Reader, Writer, key_of, own_agent, own_tenant, runtime_of
-from memharness.server.errors import KEYED, error_responses, from_validation
+from memharness.server.access import Reader, key_of, own_agent, own_tenant, runtime_of
+from memharness.server.errors import KEYED, error_responses
 from memharness.server.keys import Scope
-from memharness.server.models import BatchBody, NewMemoryBody, ReceiptOut, ReceiptsOut
+from memharness.server.models import (
+    BatchBody,
+    NewMemoryBody,
+    ReceiptOut,
+    ReceiptsOut,
+    inline_refs,
+)
 from memharness.server.params import MemoryIdPath
-from memharness.server.strict import PARSED_BODY, StrictRoute
+from memharness.server.strict import StrictRoute
 from pipelines.errors import InvalidInput, NotFound
-from pipelines.write.request import check_write_metadata
+from pipelines.requests.write import RecordArgs, RecordManyArgs
 from workers.write.plan import WriteReceipt
 
 router = APIRouter(tags=["memories"], route_class=StrictRoute)
@@ -44,7 +51,7 @@ _UNPARSED = object()
 _RECORD_DOCS: dict[str, Any] = {
     "requestBody": {
         "required": True,
-        "content": {"application/json": {"schema": NewMemoryBody.model_json_schema()}},
+        "content": {"application/json": {"schema": inline_refs(NewMemoryBody.model_json_schema())}},
     },
     "parameters": [
         {
@@ -70,29 +77,32 @@ async def record_memory(request: Request) -> Response:
     """Returns once the memory and its job are committed (the workers do the slow part).
     ``status`` is accepted, duplicate (a retry: the same ``memory_id``) or dropped (tier-1)."""
     key = key_of(request, Scope.WRITE)
-    try:
-        parsed = request.scope["state"].get(PARSED_BODY, _UNPARSED)
-        if parsed is _UNPARSED:
-            payload = NewMemoryBody.model_validate_json(await request.body())
-        else:  # StrictRoute has parsed it already: validate, do not parse twice
-            payload = NewMemoryBody.model_validate(parsed)
-    except ValidationError as exc:
-        raise from_validation(exc, "") from None
-    runtime = runtime_of(request)
-    receipt = await runtime.aclient.record(
-        payload.content,
-        tenant_id=own_tenant(key, payload.tenant_id),
-        task_id=payload.task_id,
-        session_id=payload.session_id,
-        type=payload.type,
-        user_id=payload.user_id,
-        agent_id=own_agent(key, payload.agent_id),
-        timestamp=payload.timestamp,
-        modality=payload.modality,
-        metadata=check_write_metadata(payload.metadata, runtime.settings.metadata_max_bytes),
-        idempotency_key=request.headers.get("idempotency-key"),
-    )
+    data = json_object(request)
+    if "idempotency_key" in data:  # the header carries it on this route
+        raise InvalidInput("idempotency_key", "is not a known field")
+    data["tenant_id"] = own_tenant(key, data.get("tenant_id"))
+    data["agent_id"] = own_agent(key, data.get("agent_id"))
+    data["idempotency_key"] = request.headers.get("idempotency-key")
+    aclient = runtime_of(request).aclient
+    receipt = await aclient.run_record(RecordArgs.parse(data, aclient.limits))
     return json_response(receipt_json(receipt), 202)
+
+
+def json_object(request: Request) -> dict[str, Any]:
+    """The body ``StrictRoute`` parsed, as the object a request model parses."""
+    data = getattr(request.state, "json_body", None)
+    if not isinstance(data, dict):
+        raise InvalidInput("body", f"must be a JSON object, got {type(data).__name__}")
+    return data
+
+
+_BATCH_DOCS: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": inline_refs(BatchBody.model_json_schema())}},
+    },
+    "security": [{"HTTPBearer": []}],
+}
 
 
 @router.post(
@@ -100,30 +110,32 @@ async def record_memory(request: Request) -> Response:
     status_code=202,
     responses={202: {"model": ReceiptsOut}, **ERRORS},
     summary="Record several interactions",
+    openapi_extra=_BATCH_DOCS,
 )
-def record_batch(payload: BatchBody, request: Request, key: Writer) -> Response:
+async def record_batch(request: Request) -> Response:
     """Every item is checked before any is written: one bad item (``items[3].content``)
     writes nothing. Receipts come back in the items' order."""
+    key = key_of(request, Scope.WRITE)
+    data = json_object(request)
     runtime = runtime_of(request)
-    tenant = own_tenant(key, payload.tenant_id)
-    limit = runtime.settings.api_batch_max_items
-    if not 1 <= len(payload.items) <= limit:
-        raise InvalidInput(
-            "items", f"must hold 1-{limit} memories, got {len(payload.items)}", f"{limit} items"
-        )
-    items = []
-    for index, item in enumerate(payload.items):
-        fields = item.model_dump(exclude={"tenant_id"})
-        own_tenant(key, item.tenant_id)
-        fields["agent_id"] = own_agent(key, item.agent_id)
-        try:
-            fields["metadata"] = check_write_metadata(
-                item.metadata, runtime.settings.metadata_max_bytes
-            )
-        except InvalidInput as exc:
-            raise exc.within(f"items[{index}]") from None
-        items.append({**fields, "tenant_id": tenant})
-    receipts = runtime.client.record_many(items)
+    tenant = own_tenant(key, data.get("tenant_id"))
+    unknown = set(data) - {"tenant_id", "items"}
+    if unknown:
+        raise InvalidInput(sorted(unknown)[0][:60], "is not a known field")
+    items = data.get("items")
+    if isinstance(items, list):
+        for index, item in enumerate(items):
+            if isinstance(item, dict):
+                own_tenant(key, item.get("tenant_id"))
+                item["tenant_id"] = tenant
+                item["agent_id"] = own_agent(key, item.get("agent_id"))
+            else:
+                raise InvalidInput(
+                    f"items[{index}]", f"must be a JSON object, got {type(item).__name__}"
+                )
+    limits = replace(runtime.aclient.limits, batch_max_items=runtime.settings.api_batch_max_items)
+    args = RecordManyArgs.parse({"items": items}, limits)
+    receipts = await run_in_threadpool(runtime.client.run_record_many, args)
     return json_response({"receipts": [receipt_json(r) for r in receipts]}, 202)
 
 

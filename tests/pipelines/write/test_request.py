@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipelines.errors import InvalidInput
-from pipelines.write.request import METADATA_MAX_DEPTH, check_write_metadata, prepare_write
+from pipelines.requests.write import prepare_write
+from pipelines.write.request import METADATA_MAX_DEPTH, check_write_metadata
 
 SCOPE = {"tenant_id": "acme", "task_id": "billing", "session_id": "s-1"}
 

@@ -18,8 +18,8 @@ import pytest
 from pipelines.cognition.compress import compressor_id
 from pipelines.cognition.offline_compress import OFFLINE_RULES_VERSION
 from pipelines.cognition.protocol import VERBATIM_KINDS, CompressRequest, SummaryOutput
+from pipelines.requests.write import prepare_write
 from pipelines.write.facts import carries_fact
-from pipelines.write.request import prepare_write
 from tests.support.project_history import TASK, TENANT, history
 from tests.support.project_history_zh import TASK as TASK_ZH
 from tests.support.project_history_zh import TENANT as TENANT_ZH
