@@ -38,6 +38,7 @@ from workers.db.rows import row_to_memory
 from workers.metrics import count_records
 from workers.publish import publish
 from workers.queues import TaskName
+from workers.read.ask import OwnerReads
 from workers.state.service import CheckpointService, ResumeResult
 from workers.write.plan import (
     ACCEPTED,
@@ -85,17 +86,6 @@ def run_plan(conn: Any, plan: Plan) -> WriteOutcome:
         return outcome
 
 
-def _answer(result: Any, timeout_s: float) -> Any:
-    """The owner's answer; on a timeout the pending result is dropped, so that a long-lived
-    client does not keep one result subscription per unanswered call."""
-    try:
-        return result.get(timeout=timeout_s)
-    except Exception:
-        with contextlib.suppress(Exception):
-            result.forget()
-        raise
-
-
 class MemoryClient(Owning):
     """An agent's handle on its memory: ``record`` what happens, ask for the ``context`` of
     the next step, ``checkpoint`` / ``resume`` / ``rollback`` where the task is, and
@@ -115,6 +105,7 @@ class MemoryClient(Owning):
         self._redis = self._clients.redis
         self._given_app = app
         self._checkpoints: CheckpointService | None = None
+        self._reads = OwnerReads(self.settings, lambda: self._app)
 
     @property
     def _app(self) -> Celery:
@@ -128,6 +119,7 @@ class MemoryClient(Owning):
     # -- lifecycle -------------------------------------------------------------------------
 
     def close(self) -> None:
+        self._reads.close()
         self._clients.close()
 
     def __enter__(self) -> MemoryClient:
@@ -410,15 +402,8 @@ class MemoryClient(Owning):
         text = check_text("query", query, QUERY_MAX_BYTES)
         if not 1 <= limit <= 100:
             raise InvalidInput("limit", f"must be between 1 and 100, got {limit}", "100")
-        result = publish(
-            TaskName.RECALL_SEARCH,
-            app=self._app,
-            tenant_id=tenant_id,
-            query=text,
-            task_id=task_id,
-            limit=limit,
-        )
-        return recall_hits(_answer(result, timeout_s))
+        query_kwargs = {"tenant_id": tenant_id, "query": text, "task_id": task_id, "limit": limit}
+        return recall_hits(self._reads.ask(TaskName.RECALL_SEARCH, query_kwargs, timeout_s))
 
     def knowledge(
         self,
@@ -495,8 +480,9 @@ class MemoryClient(Owning):
                 call,
                 lambda tenant, ids, at: publish_touch(tenant, ids, at, app=app),
             )
-        result = publish(TaskName.RECALL_CONTEXT, app=self._app, **call.to_json())
-        return self._context_from(_answer(result, timeout_s or self.settings.context_timeout_s))
+        timeout_s = timeout_s or self.settings.context_timeout_s
+        answer = self._reads.ask(TaskName.RECALL_CONTEXT, call.to_json(), timeout_s)
+        return self._context_from(answer)
 
     def _context_from(self, answer: Any) -> AssembledContext:
         """The owner's JSON answer: the context, or the typed error it refused the call with."""
