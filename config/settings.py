@@ -30,6 +30,12 @@ class Settings(BaseSettings):
     )
     db_pool_min: int = Field(1, ge=1, description="Smallest size of each process's pool.")
     db_pool_max: int = Field(8, ge=1, description="Largest size of each process's pool.")
+    db_pool_timeout_s: float = Field(
+        5.0,
+        gt=0,
+        description="Longest wait for a pooled PostgreSQL connection; past it the call fails "
+        "(the API answers 503 with Retry-After) instead of hanging while PostgreSQL is down.",
+    )
     redis_url: str = Field(
         "redis://127.0.0.1:6379/0",
         description="Redis: Celery broker, drain flag, locks and activity timestamps.",

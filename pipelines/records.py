@@ -26,7 +26,8 @@ from pipelines.errors import InvalidInput
 ID_NAMESPACE = uuid.UUID("6f1c1e4e-6a8b-5b43-9d0e-8b7f3f0c2a11")
 
 # Tenant, task, session, user and agent ids: printable, no spaces, short enough to index.
-_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@/+-]{0,127}$")
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@/+-]{0,127}$"
+_ID_RE = re.compile(ID_PATTERN)
 ID_MAX_CHARS = 128
 
 

@@ -288,6 +288,10 @@ def test_system_quality_replays_through_real_workers(  # type: ignore[no-untyped
     assert 0 < float(result["context_tokens_mean"]) <= result["budget_tokens"]
     assert 0 < float(result["pure_context_tokens_mean"]) <= result["budget_tokens"]
     assert result["llm_tokens_per_1000_turns"] is None and result["llm_tokens_note"]
+    # the background's pace: every accepted memory settled, at a positive rate, no model calls
+    pace = result["background_pace"]
+    assert 0 < pace["memories"] <= result["turns"] and float(pace["memories_per_minute"]) > 0
+    assert pace["usage_total"]["calls"] == 0 and len(pace["usage_nights"]) == result["nights"]
     assert set(result["background"]) >= {"corrections_automatic", "conflicts", "semantic",
                                           "summary_levels", "evictions"}  # fmt: skip
 
@@ -533,3 +537,44 @@ def test_a_benchmark_claims_an_empty_redis_database_and_refuses_a_busy_one(setti
                 scratch_settings(settings, db_suffix="x", qdrant_path=Path("q"), redis_db=number)
             )
     assert redis.Redis.from_url(f"{server}/{first}").dbsize() == 0
+
+
+@pytest.mark.integration
+def test_footprint_reports_bytes_per_memory_by_part(migrated, settings, capsys) -> None:  # type: ignore[no-untyped-def]
+    from memharness.bench.footprint import run
+
+    assert run(settings, memories=[1_000]) == 0
+    result = last_json(capsys)["runs"]["1k"]
+    assert result["memories"] == 1_000
+    # A memory's row is its content and metadata with indexes: hundreds of bytes, not tens.
+    assert 300 < result["pg_memories_table_bytes_per_memory"] < 20_000
+    parts = result["index_parts_bytes_per_memory"]
+    # Each named vector stores dim float32 per point, whatever the point fills.
+    for name in ("content", "context", "code"):
+        assert parts[f"vector:{name}"] >= result["dim"] * 4, name
+    assert result["index_bytes_per_memory"] == pytest.approx(sum(parts.values()), rel=0.01)
+    assert result["rss_mib_store_reopened"] > 0 and result["seed_memories_per_s"] > 0
+
+
+def test_a_wait_of_the_bench_ends_at_once_when_a_task_fails_for_good(migrated, settings) -> None:  # type: ignore[no-untyped-def]
+    import time
+
+    from memharness.bench.system_store import Store, wait_for
+
+    store = Store(settings.database_url)
+    try:
+        # given a link task dead-lettered while the bench waits (killed at its time limit)
+        store.conn.execute(
+            "INSERT INTO dead_letters (task_name, task_id, args, reason) VALUES "
+            "('cognition.link_memories', 't-1', '{}', 'SoftTimeLimitExceeded: 240 s')"
+        )
+        began = time.monotonic()
+        # then the wait ends with the task and its reason, long before its timeout
+        with pytest.raises(RuntimeError, match="link_memories failed for good: SoftTime"):
+            wait_for(lambda: False, "session_1 embedded and linked", 60, store=store)
+        assert time.monotonic() - began < 5
+        # and a wait that times out says what is still pending
+        with pytest.raises(TimeoutError, match=r"waiting for x \(0 pending, 0 unembedded"):
+            wait_for(lambda: False, "x", 0.2, store=store, detail=lambda: store.unsettled("t"))
+    finally:
+        store.close()

@@ -17,6 +17,11 @@ same port the workers' PostgreSQL ledger implements): what the server reported, 
 estimate; the offline rules record none. The write section, whose inputs are recorded turns,
 also reports its tokens per 1,000 turns.
 
+``--limit N --seed S`` runs the sections that take a ``sample`` (``write``, ``compress``) on at
+most N items per language, the same items for the rules and the model
+(``memharness.bench.sampling``); the other sections run their whole set, and the report says
+which were sampled.
+
 Tables go to stderr; the last stdout line is one JSON object.
 """
 
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import json
 import sys
 import time
@@ -33,6 +39,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, cast
 
+from memharness.bench.sampling import Sample
 from memharness.bench.scratch import percentile
 from pipelines.ports import LLM
 from workers.ledger import MemoryLedger, TokenUsage
@@ -154,11 +161,17 @@ def build_model(kind: str, ledger: MemoryLedger | None = None) -> LLM:
     return build_llm(settings, ledger=ledger).billed_to(BENCH_TENANT)
 
 
+def takes_sample(module: ModuleType) -> bool:
+    """Whether the section's ``run`` accepts a ``sample``."""
+    return "sample" in inspect.signature(module.run).parameters
+
+
 def run(
     data_dir: Path | None = None,
     *,
     llm: str = "offline",
     sections: Sequence[str] = SECTIONS,
+    sample: Sample | None = None,
 ) -> int:
     data = data_dir or DEFAULT_DATA_DIR
     unknown = [name for name in sections if name not in SECTIONS]
@@ -183,6 +196,7 @@ def run(
         "models": {kind: model.name for kind, model in models.items()},
         "sections": {},
         "headline": {},
+        "sample": sample.as_dict() if sample else None,
     }
     for name in sections:
         module = section_module(name)
@@ -191,12 +205,17 @@ def run(
             result["sections"][name] = {"status": NOT_AVAILABLE}
             continue
         runs: dict[str, Any] = {}
+        sampled = sample if sample is not None and takes_sample(module) else None
+        if sample is not None and sampled is None:
+            _log(f"{name}: takes no sample, runs its whole set")
+        extra: dict[str, Any] = {"sample": sampled} if sampled is not None else {}
         for kind, model in models.items():
             _log(f"{name}: running with {model.name}")
             metered = MeteredLLM(model)
             before = ledgers[kind].total()
             began = time.perf_counter()
-            figures: dict[str, Any] = module.run(cast(LLM, metered), data)
+            figures: dict[str, Any] = module.run(cast(LLM, metered), data, **extra)
+            figures["sample"] = sampled.as_dict() if sampled is not None else None
             figures["seconds"] = round(time.perf_counter() - began, 3)
             usage = minus(ledgers[kind].total(), before)
             figures["llm_calls"] = metered.report(usage)
@@ -232,10 +251,26 @@ def register_bench(bench: argparse._SubParsersAction[argparse.ArgumentParser]) -
         default=",".join(SECTIONS),
         help=f"comma-separated, of {','.join(SECTIONS)}",
     )
-    b.set_defaults(
-        func=lambda args: run(
-            Path(args.data_dir) if args.data_dir else None,
-            llm=args.llm,
-            sections=[s.strip() for s in args.sections.split(",") if s.strip()],
-        )
+    b.add_argument(
+        "--limit",
+        type=int,
+        default=None,
+        help="write and compress: at most N items per language, drawn with --seed",
+    )
+    b.add_argument("--seed", type=int, default=0, help="the sample's seed (with --limit)")
+    b.set_defaults(func=_main)
+
+
+def _main(args: argparse.Namespace) -> int:
+    try:
+        sample = Sample(args.limit, args.seed) if args.limit is not None else None
+    except ValueError as exc:
+        _log(f"error: {exc}")
+        print(json.dumps({"error": str(exc)}))
+        return 2
+    return run(
+        Path(args.data_dir) if args.data_dir else None,
+        llm=args.llm,
+        sections=[s.strip() for s in args.sections.split(",") if s.strip()],
+        sample=sample,
     )

@@ -39,6 +39,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from memharness.bench.sampling import Sample, take
 from pipelines.cognition.health import CompressionHealth
 from pipelines.cognition.protocol import CompressionLLM, SourceMemory
 from pipelines.cognition.quality import (
@@ -48,6 +49,7 @@ from pipelines.cognition.quality import (
     answer_recoverable,
     attempt_compression,
 )
+from pipelines.errors import LLMError
 from pipelines.read.tokens import TokenCounter
 from pipelines.records import ID_NAMESPACE, Level, MemoryType
 from pipelines.text.words import has_han, word_count
@@ -190,8 +192,15 @@ def summarise(results: Sequence[SegmentResult]) -> dict[str, Any]:
     }
 
 
-def run(llm: CompressionLLM, data_dir: Path, counter: TokenCounter | None = None) -> dict[str, Any]:
-    """Compress every labeled segment with ``llm``; figures per language (module docstring).
+def run(
+    llm: CompressionLLM,
+    data_dir: Path,
+    counter: TokenCounter | None = None,
+    sample: Sample | None = None,
+) -> dict[str, Any]:
+    """Compress every labeled segment (or ``sample`` of them) with ``llm``; figures per
+    language (module docstring). A segment whose model call failed (a timeout, a server gone)
+    is reported with its id and left out of the figures, since the workers would retry it.
 
     ``counter`` counts tokens (default: the DeepSeek-V4 tokenizer, shipped in its wheel).
     """
@@ -199,7 +208,13 @@ def run(llm: CompressionLLM, data_dir: Path, counter: TokenCounter | None = None
         from workers.adapters.tokenizer import load_token_counter
 
         counter = load_token_counter()
-    results = [compress_segment(s, llm, counter) for s in load_segments(data_dir)]
+    results: list[SegmentResult] = []
+    errors: list[dict[str, str]] = []
+    for segment in take(load_segments(data_dir), sample, lambda s: s.lang):
+        try:
+            results.append(compress_segment(segment, llm, counter))
+        except LLMError as exc:
+            errors.append({"id": segment.id, "error": f"{type(exc).__name__}: {exc}"})
     by_lang: dict[str, list[SegmentResult]] = {}
     for result in results:
         by_lang.setdefault(result.lang, []).append(result)
@@ -207,6 +222,7 @@ def run(llm: CompressionLLM, data_dir: Path, counter: TokenCounter | None = None
         "compressor": llm.name,
         "tokenizer": getattr(counter, "name", type(counter).__name__),
         "languages": {lang: summarise(rows) for lang, rows in sorted(by_lang.items())},
+        "errors": errors,
     }
 
 

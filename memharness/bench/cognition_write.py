@@ -26,6 +26,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from memharness.bench.sampling import Sample, take
 from pipelines.errors import LLMError
 from pipelines.write.decide import WriteLLM, decide_write
 from pipelines.write.filter import tier1_filter
@@ -80,11 +81,12 @@ def _figures(results: list[tuple[dict[str, str], bool, int]]) -> dict[str, Any]:
     }
 
 
-def run(llm: WriteLLM, data_dir: Path) -> dict[str, Any]:
-    """The write decision of ``llm`` over the labeled set, per language (see the module)."""
+def run(llm: WriteLLM, data_dir: Path, sample: Sample | None = None) -> dict[str, Any]:
+    """The write decision of ``llm`` over the labeled set (or ``sample`` of it), per language
+    (see the module)."""
     results: dict[str, list[tuple[dict[str, str], bool, int]]] = {lang: [] for lang in LANGUAGES}
     errors: list[dict[str, str]] = []
-    for turn in load_turns(data_dir):
+    for turn in take(load_turns(data_dir), sample, lambda t: t["lang"]):
         try:
             kept, tier = judge_turn(turn["content"], llm)
         except LLMError as exc:

@@ -83,13 +83,17 @@ from memharness.bench.system_ask import BUDGET_TOKENS, Asked, K, ask_questions
 from memharness.bench.system_store import (
     EXAMPLES,
     SETTLE_TIMEOUT_S,
+    WAIT_TIMEOUT_S,
+    ModelLog,
     NightLog,
     Store,
     background_counts,
     load_cover,
+    model_env,
     run_night,
     sum_background,
     unreachable_gold,
+    usage_minus,
     wait_for,
 )
 from memharness.progress import progress
@@ -212,6 +216,9 @@ def run(
     embedder: str = "hashing",
     seed: int | None = None,
     redis_db: RedisChoice = AUTO,
+    llm: str = "offline",
+    sessions: int | None = None,
+    wait_timeout_s: float = SETTLE_TIMEOUT_S,
 ) -> int:
     """The whole run on an empty Redis database of its own (``redis_db``: ``"auto"``, a
     number, or None for the one of ``base``, as the tests do)."""
@@ -231,6 +238,16 @@ def run(
             f"cannot load embedder {embedder!r}: {exc} ({embedders.requirement(embedder)})"
         )
     picked = loaded[: 1 if quick else (conversations or len(loaded))]
+    if wait_timeout_s <= 0:
+        return _fail(f"wait-timeout: must be above 0 s, got {wait_timeout_s}")
+    WAIT_TIMEOUT_S[0] = wait_timeout_s
+    if sessions is not None and sessions < 1:
+        return _fail(f"sessions: at least 1 session per conversation, got {sessions}")
+    session_limit = sessions or (QUICK_SESSIONS if quick else None)
+    try:
+        llm_env = model_env(base) if llm == "openai" else {}
+    except ValueError as exc:
+        return _fail(str(exc))
     try:
         number = claim_redis_db(base.redis_url, redis_db)
     except BusyRedisDatabase as exc:
@@ -247,7 +264,7 @@ def run(
             f"Redis database {settings.redis_url.rsplit('/', 1)[-1]} is not empty: this bench "
             "refuses to share one (pick another with --redis-db)"
         )
-    env = worker_env(settings) | WORKER_EMBEDDER_ENV[embedder]
+    env = worker_env(settings) | WORKER_EMBEDDER_ENV[embedder] | llm_env
     result: dict[str, Any] = {
         "benchmark": BENCH,
         "data": source,
@@ -255,6 +272,8 @@ def run(
         "embedder_version": model.version,
         "quick": quick,
         "seed": seed,
+        "llm": llm,
+        "llm_model": llm_env.get("MEMHARNESS_LLM_MODEL_FAST", "offline rules"),
         "budget_tokens": BUDGET_TOKENS,
         "k": K,
     }
@@ -264,17 +283,18 @@ def run(
         ranker: defaultdict(Tally) for ranker in ("dense", "fused", "full")
     }
     nights = NightLog()
+    model_log = ModelLog()
     unreachable: dict[str, dict[str, Any]] = {}
     background: list[dict[str, Any]] = []
     turns_written = 0
     gold_total = 0
     try:
         for index, conversation in enumerate(picked):
-            sessions = sessions_of(conversation)[: QUICK_SESSIONS if quick else None]
-            subset = restrict(conversation, sessions)
+            chosen = sessions_of(conversation)[:session_limit]
+            subset = restrict(conversation, chosen)
             stats = replay_conversation(
-                settings, env, tmp / f"c{index}", subset, sessions, model, asked,
-                pure_tallies, nights,
+                settings, env, tmp / f"c{index}", subset, chosen, model, asked,
+                pure_tallies, nights, model_log,
             )  # fmt: skip
             drop_database(settings.database_url)
             clear_redis(settings, claimed=number is not None)
@@ -360,8 +380,11 @@ def run(
     result["pure_context_partition_tokens_mean"] = {
         k: _mean(v) for k, v in sorted(asked.pure_partition_tokens.items())
     }
-    result["llm_tokens_per_1000_turns"] = None
-    result["llm_tokens_note"] = TOKENS_NOTE
+    result["background_pace"] = model_log.report(turns_written)
+    result["llm_tokens_per_1000_turns"] = (
+        result["background_pace"]["tokens_per_1000_turns"] if llm != "offline" else None
+    )
+    result["llm_tokens_note"] = TOKENS_NOTE if llm == "offline" else "from the token ledger"
     result["nights"] = nights.nights
     result["compress_rounds"] = nights.compress_rounds
     result["summaries_created"] = dict(sorted(nights.created.items()))
@@ -393,7 +416,7 @@ EMBEDDERS = tuple(WORKER_EMBEDDER_ENV)
 def replay_conversation(
     settings: Settings, env: dict[str, str], work: Path, conversation: Conversation,
     sessions: Sequence[Session], model: Any, asked: Asked,
-    pure_tallies: dict[str, dict[str, Tally]], nights: NightLog,
+    pure_tallies: dict[str, dict[str, Tally]], nights: NightLog, model_log: ModelLog,
 ) -> dict[str, Any]:  # fmt: skip
     """One conversation through a fresh store and real workers, then its questions."""
     from memharness.client import MemoryClient
@@ -432,6 +455,7 @@ def replay_conversation(
                 f"turns, {len(conversation.questions)} questions; timeline +{shift.days} days"
             )
             session_s: list[float] = []
+            day_start = store.model_usage()
             for position, session in enumerate(sessions):
                 began = time.monotonic()
                 items = [
@@ -452,17 +476,24 @@ def replay_conversation(
                     written[turn.dia_id] = (
                         receipt.memory_id if receipt.status == "accepted" else None
                     )
-                client.wait_until_settled(
-                    [r.memory_id for r in batch if r.status == "accepted"],
-                    timeout_s=SETTLE_TIMEOUT_S,
-                )
-                wait_for(lambda: store.settled(tenant), f"{session.key} embedded and linked")
+                accepted = [r.memory_id for r in batch if r.status == "accepted"]
+                client.wait_until_settled(accepted, timeout_s=WAIT_TIMEOUT_S[0])
+                wait_for(
+                    lambda: store.settled(tenant), f"{session.key} embedded and linked",
+                    store=store, detail=lambda: store.unsettled(tenant),
+                )  # fmt: skip
+                model_log.settle_s += time.monotonic() - began
+                model_log.memories += len(accepted)
+                usage = store.model_usage()
+                model_log.day.update(usage_minus(usage, day_start))
                 following = sessions[position + 1] if position + 1 < len(sessions) else None
                 run_night(
                     client._app, store, broker, tenant,
                     session.when + shift + timedelta(seconds=len(session.turns)),
                     night_after(session, following) + shift, nights,
                 )  # fmt: skip
+                day_start = store.model_usage()
+                model_log.nights.append(usage_minus(day_start, usage))
                 session_s.append(time.monotonic() - began)
                 bar.advance()
             replay_s = time.monotonic() - started
@@ -526,6 +557,19 @@ def register_bench(bench: argparse._SubParsersAction[argparse.ArgumentParser]) -
     )
     b.add_argument("--embedder", choices=sorted(EMBEDDERS), default="hashing")
     b.add_argument("--seed", type=int, default=None, help="--zh: the generated set's seed")
+    b.add_argument("--sessions", type=int, default=None, help="only each conversation's first N")
+    b.add_argument(
+        "--llm",
+        choices=["offline", "openai"],
+        default="offline",
+        help="openai: the workers use the model of the MEMHARNESS_LLM_* settings",
+    )
+    b.add_argument(
+        "--wait-timeout",
+        type=float,
+        default=SETTLE_TIMEOUT_S,
+        help="seconds each wait on the workers may take before the run fails",
+    )
     add_redis_argument(b)
     b.set_defaults(
         func=lambda args: run(
@@ -537,5 +581,8 @@ def register_bench(bench: argparse._SubParsersAction[argparse.ArgumentParser]) -
             embedder=args.embedder,
             seed=args.seed,
             redis_db=args.redis_db,
+            llm=args.llm,
+            sessions=args.sessions,
+            wait_timeout_s=args.wait_timeout,
         )
     )

@@ -23,19 +23,110 @@ COMPRESS_ROUNDS = 6
 COMPRESS_EVERY = timedelta(minutes=15)
 EXAMPLES = 5
 SETTLE_TIMEOUT_S = 600.0
+# The waits' timeout of this run (``--wait-timeout``): a model on a CPU settles a session in
+# many minutes where the rules take seconds.
+WAIT_TIMEOUT_S = [SETTLE_TIMEOUT_S]
+
+# -- the model of the workers -------------------------------------------------------------
+
+
+def model_env(settings: Any) -> dict[str, str]:
+    """The workers' ``MEMHARNESS_LLM_*`` for ``--llm openai``: the model of ``settings``
+    (what ``memharness llm serve`` printed, or DeepSeek's), provider forced to openai."""
+    key = settings.llm_api_key
+    if key is None or not key.get_secret_value():
+        raise ValueError("--llm openai: MEMHARNESS_LLM_API_KEY is not set")
+    return {
+        "MEMHARNESS_LLM_PROVIDER": "openai",
+        "MEMHARNESS_LLM_BASE_URL": settings.llm_base_url,
+        "MEMHARNESS_LLM_API_KEY": key.get_secret_value(),
+        "MEMHARNESS_LLM_MODEL_FAST": settings.llm_model_fast,
+        "MEMHARNESS_LLM_MODEL_DEEP": settings.llm_model_deep,
+        "MEMHARNESS_LLM_SEND_SCHEMA": str(settings.llm_send_schema).lower(),
+        "MEMHARNESS_LLM_TIMEOUT_S": str(settings.llm_timeout_s),
+        "MEMHARNESS_LLM_MAX_TOKENS": str(settings.llm_max_tokens),
+    }
+
+
+USAGE_KEYS = ("calls", "tokens_in", "tokens_in_cached", "tokens_out")
+
+
+def usage_minus(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
+    return {key: after[key] - before.get(key, 0) for key in after}
+
+
+@dataclass
+class ModelLog:
+    """The background's pace and the model's cost: per session, the seconds from the
+    session's ``record_many`` until every memory was stored, embedded and linked, and the
+    ledger's usage of that day and of the night after it."""
+
+    memories: int = 0
+    settle_s: float = 0.0
+    day: Counter[str] = field(default_factory=Counter)
+    nights: list[dict[str, int]] = field(default_factory=list)
+
+    def report(self, turns: int) -> dict[str, Any]:
+        night: Counter[str] = Counter()
+        for usage in self.nights:
+            night.update(usage)
+        total = {key: self.day.get(key, 0) + night.get(key, 0) for key in USAGE_KEYS}
+        calls = total.get("calls", 0)
+        return {
+            "memories": self.memories,
+            "settle_s": round(self.settle_s, 1),
+            "memories_per_minute": (
+                round(self.memories * 60 / self.settle_s, 1) if self.settle_s else None
+            ),
+            "usage_day": {key: self.day.get(key, 0) for key in USAGE_KEYS},
+            "usage_nights": self.nights,
+            "usage_total": total,
+            "calls_per_memory": round(calls / self.memories, 3) if self.memories else None,
+            "tokens_per_1000_turns": {
+                key: round(total.get(key, 0) * 1000 / turns, 1)
+                for key in ("calls", "tokens_in", "tokens_out")
+            }
+            if turns
+            else None,
+            "tokens_per_night_mean": {
+                key: round(night.get(key, 0) / len(self.nights), 1)
+                for key in ("calls", "tokens_in", "tokens_out")
+            }
+            if self.nights
+            else None,
+        }
+
 
 # -- waiting on the workers ---------------------------------------------------------------
 
 
-def wait_for(check: Callable[[], Any], what: str, timeout_s: float = SETTLE_TIMEOUT_S) -> Any:
-    deadline = time.monotonic() + timeout_s
+def wait_for(
+    check: Callable[[], Any],
+    what: str,
+    timeout_s: float | None = None,
+    *,
+    store: Store | None = None,
+    detail: Callable[[], str] | None = None,
+) -> Any:
+    """Poll ``check`` until it is truthy. Never a hang: past ``timeout_s`` (default
+    ``WAIT_TIMEOUT_S``, 600 s unless ``--wait-timeout``) a TimeoutError says what was
+    awaited and ``detail()`` (what is still pending); with ``store``, a task that fails for
+    good meanwhile (a dead letter, e.g. a link task killed at its time limit, which nothing
+    would publish again) ends the wait at once with a RuntimeError naming the task and its
+    reason."""
+    limit = WAIT_TIMEOUT_S[0] if timeout_s is None else timeout_s
+    deadline = time.monotonic() + limit
     while True:
         value = check()
         if value:
             return value
+        failed = store.failed_for_good() if store is not None else None
+        if failed:
+            raise RuntimeError(f"while waiting for {what}: {failed}")
         if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout_s:.0f}s waiting for {what}")
-        time.sleep(0.1)
+            pending = f" ({detail()})" if detail is not None else ""
+            raise TimeoutError(f"timed out after {limit:.0f}s waiting for {what}{pending}")
+        time.sleep(0.1 if store is None else 0.5)
 
 
 class Store:
@@ -45,6 +136,53 @@ class Store:
         import psycopg
 
         self.conn = psycopg.connect(database_url, autocommit=True)
+        self.dead_seen = 0
+
+    def failed_for_good(self) -> str | None:
+        """The first task dead-lettered since the last call, as "task: reason", or None."""
+        row = self.conn.execute(
+            "SELECT id, task_name, reason FROM dead_letters WHERE id > %s ORDER BY id LIMIT 1",
+            (self.dead_seen,),
+        ).fetchone()
+        if row is None:
+            return None
+        self.dead_seen = int(row[0])
+        return f"task {row[1]} failed for good: {row[2]}"
+
+    def unsettled(self, tenant: str) -> str:
+        """What keeps ``settled`` false: the tenant's pending, unembedded and unlinked rows,
+        and its dead write jobs."""
+        row = self.conn.execute(
+            "SELECT count(*) FILTER (WHERE status = 'pending'), count(*) FILTER (WHERE status = "
+            "'stored' AND embedding_version IS NULL), count(*) FILTER (WHERE status = 'stored' "
+            "AND level = 0 AND linked_at IS NULL) FROM memories WHERE tenant_id = %s",
+            (tenant,),
+        ).fetchone()
+        dead = self.one(
+            "SELECT count(*) FROM jobs j JOIN memories m ON m.id = j.memory_id "
+            "WHERE m.tenant_id = %s AND j.status = 'dead'",
+            tenant,
+        )
+        pending, unembedded, unlinked = row if row else (0, 0, 0)
+        return (
+            f"{pending} pending, {unembedded} unembedded, {unlinked} unlinked, "
+            f"{dead} dead write jobs"
+        )
+
+    def model_usage(self) -> dict[str, int]:
+        """The token ledger's totals over every tenant: calls, tokens in (cached) and out."""
+        row = self.conn.execute(
+            "SELECT coalesce(sum(calls), 0), coalesce(sum(prompt_tokens), 0), "
+            "coalesce(sum(cached_tokens), 0), coalesce(sum(completion_tokens), 0) "
+            "FROM llm_usage_totals"
+        ).fetchone()
+        calls, prompt, cached, completion = row if row else (0, 0, 0, 0)
+        return {
+            "calls": int(calls),
+            "tokens_in": int(prompt),
+            "tokens_in_cached": int(cached),
+            "tokens_out": int(completion),
+        }
 
     def close(self) -> None:
         self.conn.close()
@@ -116,7 +254,9 @@ def run_night(
         app.send_task(
             task.value, kwargs={"run_id": str(run_id), "now": at.isoformat()}, queue=task.queue
         )
-        stats: dict[str, Any] = wait_for(lambda: store.run_stats(run_id), f"{task} at {at}")
+        stats: dict[str, Any] = wait_for(
+            lambda: store.run_stats(run_id), f"{task} at {at}", store=store
+        )
         return stats
 
     # The activity clock of the decay sweep is the simulated one (see the module's docstring).
@@ -126,7 +266,11 @@ def run_night(
     for round_ in range(COMPRESS_ROUNDS):
         stats = sweep(TaskName.COMPRESS_SWEEP, "compress", clock + round_ * COMPRESS_EVERY)
         log.compress_rounds += 1
-        wait_for(lambda: store.summaries_checked(tenant), "the new summaries' quality checks")
+        wait_for(
+            lambda: store.summaries_checked(tenant),
+            "the new summaries' quality checks",
+            store=store,
+        )
         made = {k: int(v) for k, v in stats.items() if k.endswith("_created")}
         log.created.update(made)
         if not any(made.values()):
@@ -140,8 +284,13 @@ def run_night(
         queue=TaskName.CONSOLIDATE_NIGHTLY.queue,
     )
     run_id = run_id_for("consolidate", tenant, consolidate_at)
-    wait_for(lambda: store.run_stats(run_id), f"consolidation at {consolidate_at}")
-    wait_for(lambda: store.settled(tenant), "the night's summaries embedded")
+    wait_for(lambda: store.run_stats(run_id), f"consolidation at {consolidate_at}", store=store)
+    wait_for(
+        lambda: store.settled(tenant),
+        "the night's summaries embedded",
+        store=store,
+        detail=lambda: store.unsettled(tenant),
+    )
     log.nights += 1
     log.seconds.append(time.monotonic() - started)
 

@@ -13,6 +13,7 @@ from config import get_settings
 from memharness.bench.api import register_bench as register_api_bench
 from memharness.bench.cognition import register_bench as register_cognition_bench
 from memharness.bench.embedders import EMBEDDERS
+from memharness.bench.footprint import register_bench as register_footprint_bench
 from memharness.bench.forget import register_bench as register_forget_bench
 from memharness.bench.retrieval_latency import register_bench as register_latency
 from memharness.bench.system_quality import register_bench as register_system_quality
@@ -247,6 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
     register_latency(bench)
     register_api_bench(bench)
     register_forget_bench(bench)
+    register_footprint_bench(bench)
     register_cognition_bench(bench)
     register_system_quality(bench)
     p.set_defaults(func=_cmd_bench)

@@ -16,7 +16,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from pipelines.errors import Conflict, InvalidInput, NotFound
+from pipelines.errors import Conflict, InvalidInput, NotFound, UnknownCursor
 
 __all__ = [
     "AuthError",
@@ -87,6 +87,8 @@ def error_from(status: int, payload: Mapping[str, Any], headers: Mapping[str, st
     limit = raw_limit if isinstance(raw_limit, str) else None
     if status in (413, 422):
         return InvalidInput(field or "body", message, limit)
+    if status == 404 and field == "cursor":
+        return UnknownCursor(field, message)  # what MemoryClient raises: an InvalidInput
     if status == 404:
         found = _NOT_FOUND_VALUE.match(message)
         value = found.group("value") if found else message

@@ -18,6 +18,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from psycopg_pool import AsyncConnectionPool
 from starlette.exceptions import HTTPException
+from starlette.routing import Match
+from starlette.types import Scope
 
 from config import Settings, get_settings
 from memharness.server.access import ApiError
@@ -39,7 +41,7 @@ from memharness.server.ratelimit import ADDRESS_BUCKET_KEY, RateLimiter
 from memharness.server.routes import memories, own, reads, system, tasks
 from memharness.server.runtime import Runtime
 from memharness.server.ui.routes import mount_ui
-from pipelines.errors import Conflict, InvalidInput, NotFound
+from pipelines.errors import Conflict, InvalidInput, NotFound, UnknownCursor
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +68,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         settings.database_url,
         min_size=1,
         max_size=2,
+        timeout=settings.db_pool_timeout_s,
         kwargs={"autocommit": True, "application_name": "memharness-api-keys"},
         open=False,
     )
@@ -125,6 +128,23 @@ def app_from_env() -> FastAPI:
     return create_app(get_settings())
 
 
+# The methods a 405's Allow can name: those a route of this API declares.
+METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+
+
+def allowed_methods(app: FastAPI, scope: Scope) -> str:
+    """Every method some route of the request's path takes: Starlette's 405 names only those
+    of the first route whose path matched (``GET`` and ``POST`` of one path are two
+    routes)."""
+    allowed = [
+        method
+        for method in METHODS
+        if any(route.matches({**scope, "method": method})[0] is Match.FULL
+               for route in app.router.routes)
+    ]  # fmt: skip
+    return ", ".join(allowed)
+
+
 def add_error_handlers(app: FastAPI) -> None:
     def reply(status: int, payload: dict[str, object]) -> JSONResponse:
         return JSONResponse(payload, status_code=status)
@@ -136,6 +156,11 @@ def add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
         return reply(422, invalid_body(first_error(list(exc.errors()))))
+
+    @app.exception_handler(UnknownCursor)
+    async def _unknown_cursor(_: Request, exc: UnknownCursor) -> JSONResponse:
+        # FastAPI picks the most specific handler: this one, not InvalidInput's 422
+        return reply(404, body("not_found", exc.field, exc.message))
 
     @app.exception_handler(NotFound)
     async def _not_found(_: Request, exc: NotFound) -> JSONResponse:
@@ -166,7 +191,8 @@ def add_error_handlers(app: FastAPI) -> None:
         if exc.status_code == 404:
             payload = body("not_found", "path", f"no route {request.url.path}")
         elif exc.status_code == 405:
-            allowed = headers.get("Allow", "")
+            allowed = allowed_methods(app, request.scope) or headers.get("Allow", "")
+            headers["Allow"] = allowed
             payload = body(
                 "method_not_allowed", "method", f"{request.method} is not allowed; use {allowed}"
             )

@@ -15,6 +15,7 @@ import redis
 from kombu.exceptions import OperationalError as BrokerUnavailable
 from pydantic import ValidationError
 
+from memharness.server.models import ErrorOut
 from pipelines.errors import Conflict, InvalidInput, NotFound
 
 log = logging.getLogger(__name__)
@@ -34,6 +35,42 @@ UNAVAILABLE: tuple[type[Exception], ...] = (
 # A restarted PostgreSQL or Redis answers within seconds, and every pool reconnects on its
 # next call: a client that waits this long asks a server that can answer again.
 RETRY_AFTER_S = 5
+
+
+# What each refusal means, as every route's OpenAPI says it (one shape: ``ErrorOut``).
+STATUS_MEANING: dict[int, str] = {
+    401: "No live API key in a header (a key in the URL is refused too).",
+    403: "The key lacks the scope, the tenant or the agent this call needs.",
+    404: "No such resource in the key's tenant (another tenant's is the same answer).",
+    409: "The resource is in a state that refuses this (forgotten, already corrected, ...).",
+    413: "The request body is over api_max_body_bytes.",
+    422: "A field breaks its rule (the body names it and the limit); also an undeclared "
+    "query parameter and a body that is not strict JSON.",
+    429: "Over the key's or the client address's rate: retry after Retry-After seconds.",
+    503: "PostgreSQL or Redis is unreachable: retry after Retry-After seconds.",
+    504: "The store's owner did not answer within context_timeout_s.",
+}
+# What the door of ``/v1/`` (``memharness.server.gate``) and every keyed route can answer.
+KEYED = (401, 403, 413, 422, 429, 503)
+_RETRY_AFTER = {
+    "Retry-After": {
+        "description": "Seconds to wait before retrying.",
+        "required": True,
+        "schema": {"type": "integer", "minimum": 1},
+    }
+}
+
+
+def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` for the refusals a route can answer, each in the one error
+    shape; 429 and 503 declare their ``Retry-After``."""
+    responses: dict[int | str, dict[str, Any]] = {}
+    for status in sorted(set(statuses)):
+        response: dict[str, Any] = {"model": ErrorOut, "description": STATUS_MEANING[status]}
+        if status in (429, 503):
+            response["headers"] = _RETRY_AFTER
+        responses[status] = response
+    return responses
 
 
 def body(error: str, field: str | None, message: str, limit: str | None = None) -> dict[str, Any]:

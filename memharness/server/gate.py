@@ -40,6 +40,7 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 PROTECTED = "/v1/"
 METRICS = "/metrics"
+METRICS_METHODS = frozenset({"GET"})
 # Addresses a process remembers as over their limit; past it the memory starts over.
 BLOCKED_MAX_ENTRIES = 10_000
 # Query parameters that would carry a key: refused on every route, and blanked in the log.
@@ -183,6 +184,15 @@ class Gate:
         settings = self.runtime.settings
         if settings.api_metrics_port:
             await respond(send, 404, body("not_found", "path", f"no route {METRICS}"))
+            return
+        if scope["method"] not in METRICS_METHODS:
+            # what the route takes, before any token: a wrong method is wrong for everyone
+            await respond(
+                send,
+                405,
+                body("method_not_allowed", "method", f"{scope['method']} is not allowed; use GET"),
+                [(b"allow", b"GET")],
+            )
             return
         text = presented_key(scope["headers"])
         expected = settings.api_metrics_key

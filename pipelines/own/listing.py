@@ -15,6 +15,7 @@ import base64
 import binascii
 import hashlib
 import json
+import re
 import uuid
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -23,10 +24,14 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from pipelines.cognition.knowledge import KnowledgeKind
-from pipelines.errors import InvalidInput
+from pipelines.errors import InvalidInput, UnknownCursor
 from pipelines.records import MemoryStatus, MemoryType, check_enum, check_id, check_instant
 
 LIMIT_MAX = 500
+LEVEL_PATTERN = "^[Ll]?[0-4]$"
+CURSOR_MAX_CHARS = 400
+# What encode_cursor writes: unpadded URL-safe base64.
+CURSOR_PATTERN = f"^[A-Za-z0-9_-]{{1,{CURSOR_MAX_CHARS}}}$"
 ANY_STATUS = "any"
 SEMANTIC_STATUSES = ("active", "needs_confirmation", "retired")
 # What a listing shows without a status filter: what the read paths can return.
@@ -156,8 +161,10 @@ def check_limit(limit: object) -> int:
 def check_level(level: object) -> int | None:
     if level is None:
         return None
-    if isinstance(level, str) and level.strip().upper().removeprefix("L").isdigit():
-        level = int(level.strip().upper().removeprefix("L"))
+    # ASCII only, as the OpenAPI says (LEVEL_PATTERN): str.isdigit() also takes "³", which
+    # int() then refuses.
+    if isinstance(level, str) and re.fullmatch(LEVEL_PATTERN, level):
+        level = int(level[-1])
     if isinstance(level, bool) or not isinstance(level, int) or not 0 <= level <= 4:
         raise InvalidInput("level", f"must be a level from 0 to 4 (L0-L4), got {level!r}", "0-4")
     return level
@@ -252,16 +259,20 @@ def encode_cursor(position: Position, fingerprint: str) -> str:
 
 
 def decode_cursor(cursor: object, fingerprint: str) -> Position:
-    if not isinstance(cursor, str) or not cursor or len(cursor) > 400:
-        raise InvalidInput("cursor", "is not a cursor this listing returned", "400 chars")
+    if not isinstance(cursor, str) or not re.fullmatch(CURSOR_PATTERN, cursor):
+        raise InvalidInput(
+            "cursor",
+            "is not a cursor this listing returned (URL-safe base64)",
+            f"{CURSOR_MAX_CHARS} chars",
+        )
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         mark, at, key = json.loads(raw)
         position = Position(at=datetime.fromisoformat(at), id=uuid.UUID(key))
     except (binascii.Error, ValueError, TypeError):
-        raise InvalidInput("cursor", "is malformed: not a cursor this listing returned") from None
+        raise UnknownCursor("cursor", "is malformed: not a cursor this listing returned") from None
     if mark != fingerprint:
-        raise InvalidInput(
+        raise UnknownCursor(
             "cursor",
             "was issued for another tenant, listing or filters; start again without a cursor",
         )

@@ -26,6 +26,8 @@ from pydantic import (
 from pipelines.records import ID_NAMESPACE
 
 ID_MAX_CHARS = 128
+# The most checkpoints one listing returns: far above any keep_last a deployment sets.
+CHECKPOINT_LIST_MAX = 10_000
 # Checkpoint records refuse fields they do not know: a layout this code cannot read fails
 # loudly (and a migration lifts it) instead of losing what it held. Non-finite numbers are
 # refused too: JSON has none, so an infinite ``duration_ms`` (or a NaN in a tool's result)

@@ -89,6 +89,28 @@ def test_a_wrong_method_is_a_405_that_says_what_is_allowed(api: Server, db: Any)
     assert_refused(answer, 405, "method_not_allowed", "method")
     assert answer.headers["allow"] == "GET"
     assert "GET" in answer.json()["message"]
+    # a path two routes share names both; /metrics says so before asking for its token
+    with session(api, key_for(db)) as client:
+        both = client.request("OPTIONS", f"/v1/tasks/{TASK}/checkpoints")
+    assert_refused(both, 405, "method_not_allowed", "method")
+    assert both.headers["allow"] == "GET, POST"
+    with session(api, None) as anonymous:
+        metrics = anonymous.request("TRACE", "/metrics")
+    assert_refused(metrics, 405, "method_not_allowed", "method")
+    assert metrics.headers["allow"] == "GET"
+
+
+def test_a_forged_cursor_is_a_404_and_a_malformed_one_a_422(api: Server, db: Any) -> None:
+    import base64
+
+    forged = base64.urlsafe_b64encode(b'["0", "9999-12-31T23:59:59-12:00", "x"]').decode()
+    with session(api, key_for(db)) as client:
+        for path in ("/v1/memories", "/v1/semantic"):
+            for cursor in ("0", forged.rstrip("=")):
+                assert_refused(client.get(path, params={"cursor": cursor}), 404, "not_found",
+                               "cursor")  # fmt: skip
+            assert_refused(client.get(path, params={"cursor": "a/b="}), 422, "invalid_input",
+                           "cursor")  # fmt: skip
 
 
 def test_a_timestamp_no_store_can_read_back_is_refused_and_nothing_is_written(

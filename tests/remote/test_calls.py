@@ -15,7 +15,7 @@ import pytest
 from memharness import AsyncRemoteMemoryClient, AuthError, RemoteMemoryClient, Unavailable
 from memharness.remote import RateLimited, RemoteError
 from memharness.remote.client import LastLine
-from pipelines.errors import Conflict, InvalidInput, NotFound
+from pipelines.errors import Conflict, InvalidInput, NotFound, UnknownCursor
 
 SCOPE = {"tenant_id": "acme", "task_id": "billing", "session_id": "s-1"}
 Handler = Callable[[httpx.Request], httpx.Response]
@@ -50,6 +50,8 @@ def test_each_refusal_becomes_the_local_clients_exception() -> None:
          InvalidInput, {"field": "body", "limit": "1048576 bytes"}),
         (refusal(404, "not_found", "memory_id", "no memory 'abc' in this tenant"), NotFound,
          {"field": "memory_id", "value": "abc"}),
+        (refusal(404, "not_found", "cursor", "is malformed: not a cursor this listing "
+                 "returned"), UnknownCursor, {"field": "cursor"}),
         (refusal(409, "conflict", "memory_id", "was corrected already"), Conflict,
          {"field": "memory_id", "message": "was corrected already"}),
         (refusal(401, "unauthorized", "authorization", "no valid API key"), AuthError,

@@ -4,6 +4,7 @@ entities, vector neighbours of their task and causal proposals of the LLM port.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
@@ -54,11 +55,19 @@ def _key(memory: EpisodicMemory) -> tuple[datetime, str]:
     return (memory.timestamp, str(memory.id))
 
 
-def link_memories(ctx: Clients, memory_ids: Sequence[uuid.UUID]) -> dict[str, Any]:
+def link_memories(
+    ctx: Clients, memory_ids: Sequence[uuid.UUID], *, deadline: float | None = None
+) -> dict[str, Any]:
     """Links of new memories to older ones: shared entities, close neighbours of the same
     task (vector score >= 0.75), and causal edges proposed by the LLM port (offline rules
     when it answers badly). One candidate read per tenant and batch; a memory is marked
-    ``linked_at`` in the transaction that writes its links, so a replay skips it."""
+    ``linked_at`` in the transaction that writes its links, so a replay skips it.
+
+    With a model, each memory costs a causal proposal (and a confirmation per correction
+    found) of seconds on a CPU; past ``deadline`` (``time.monotonic()``) no further memory is
+    started and ``stopped_early`` says so: the rest stay unlinked for the next message, and the
+    task never reaches its time limit (a link task killed there is not retried, and its
+    memories would wait for the relay)."""
     with ctx.pool.connection() as conn:
         rows = fetch_rows(conn, memory_ids)
         linked = {
@@ -81,6 +90,9 @@ def link_memories(ctx: Clients, memory_ids: Sequence[uuid.UUID]) -> dict[str, An
     collection = dense_search_target(ctx, EPISODIC)
     vectors = ctx.embedder.embed([row["content"] for row in todo])
     for row, vector in zip(todo, vectors, strict=True):
+        if deadline is not None and stats["linked"] and time.monotonic() > deadline:
+            stats["stopped_early"] = True
+            break
         memory = row_to_memory(row)
         # Only older memories, and always the same ones: the window that precedes this
         # memory by (timestamp, id), however far the writes have got since. An undirected
@@ -155,11 +167,13 @@ def link_unlinked(ctx: Clients) -> dict[str, Any]:
     """Link the oldest stored memories not linked yet, one small batch; ``more`` says go on.
 
     Linking yields to writes: while write jobs are due it does nothing, and the drain that
-    empties the backlog publishes it again (the relay is the safety net)."""
+    empties the backlog publishes it again (the relay is the safety net). A batch stops after
+    ``sweep_deadline_s`` (a model's calls) and goes on in the next message."""
     with ctx.pool.connection() as conn:
         if count_due_jobs(conn, kind=WRITE_JOB, grace_s=0.0):
             return {"linked": 0, "links": 0, "deferred": True, "more": False}
         ids = unlinked_ids(conn, older_than_s=0.0, limit=LINK_BATCH)
-    stats = link_memories(ctx, ids)
-    stats["more"] = len(ids) == LINK_BATCH
+    deadline = time.monotonic() + ctx.settings.sweep_deadline_s
+    stats = link_memories(ctx, ids, deadline=deadline)
+    stats["more"] = len(ids) == LINK_BATCH or bool(stats.get("stopped_early"))
     return stats

@@ -102,7 +102,8 @@ def link_memories_task(memory_ids: list[str] | None = None) -> dict[str, Any]:
     batch was linked; each message is one short batch, so writes interleave."""
     clients = get_clients()
     if memory_ids is not None:
-        return link_memories(clients, [uuid.UUID(i) for i in memory_ids])
+        deadline = time.monotonic() + clients.settings.sweep_deadline_s
+        return link_memories(clients, [uuid.UUID(i) for i in memory_ids], deadline=deadline)
     started = time.monotonic()
     stats = link_unlinked(clients)
     observe_sweep("link", time.monotonic() - started)

@@ -32,6 +32,7 @@ def open_pool(settings: Settings, *, name: str = "memharness") -> ConnectionPool
         settings.database_url,
         min_size=settings.db_pool_min,
         max_size=settings.db_pool_max,
+        timeout=settings.db_pool_timeout_s,
         kwargs={"autocommit": True, "application_name": name},
         name=name,
         configure=clamp_timestamps,

@@ -33,7 +33,12 @@ from pipelines.state.calibration import (
 )
 from pipelines.state.codec import decode_checkpoint, new_checkpoint
 from pipelines.state.migrations import FORMAT_VERSION
-from pipelines.state.models import TaskCheckpoint, TaskState, WorkingMemory
+from pipelines.state.models import (
+    CHECKPOINT_LIST_MAX,
+    TaskCheckpoint,
+    TaskState,
+    WorkingMemory,
+)
 from workers.state.sql import (
     StoredCheckpoint,
     fetch_by_id,
@@ -404,6 +409,10 @@ def _as_uuid(value: uuid.UUID | str) -> uuid.UUID:
 
 
 def _limit(limit: int) -> int:
-    if not 1 <= limit <= 10000:
-        raise InvalidInput("limit", f"must be between 1 and 10000, got {limit}", "10000")
+    if not 1 <= limit <= CHECKPOINT_LIST_MAX:
+        raise InvalidInput(
+            "limit",
+            f"must be between 1 and {CHECKPOINT_LIST_MAX}, got {limit}",
+            str(CHECKPOINT_LIST_MAX),
+        )
     return limit

@@ -212,7 +212,7 @@ def process_batch(ctx: Clients, jobs: list[ClaimedJob], report: DrainReport) -> 
                     "reason": f"{outcome.reason}; kept: it corrects memory {row['supersedes']}",
                 }
             )
-            summary = _summarise(ctx, job, row["content"], fell_back)
+            summary = _summarise(ctx, job, row, fell_back)
         if outcome.keep:
             kept.append((job, row, outcome, summary))
         else:

@@ -11,9 +11,10 @@ from fastapi import APIRouter, Request, Response
 from pydantic import ValidationError
 
 from memharness.server.access import Reader, Writer, key_of, own_agent, own_tenant, runtime_of
-from memharness.server.errors import from_validation
+from memharness.server.errors import KEYED, error_responses, from_validation
 from memharness.server.keys import Scope
-from memharness.server.models import BatchBody, ErrorOut, NewMemoryBody, ReceiptOut, ReceiptsOut
+from memharness.server.models import BatchBody, NewMemoryBody, ReceiptOut, ReceiptsOut
+from memharness.server.params import MemoryIdPath
 from memharness.server.strict import StrictRoute
 from pipelines.errors import InvalidInput, NotFound
 from pipelines.write.request import check_write_metadata
@@ -21,9 +22,7 @@ from workers.write.plan import WriteReceipt
 
 router = APIRouter(tags=["memories"], route_class=StrictRoute)
 
-ERRORS: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorOut} for status in (401, 403, 413, 422, 429, 503)
-}
+ERRORS = error_responses(*KEYED)
 
 
 def receipt_json(receipt: WriteReceipt) -> dict[str, str]:
@@ -124,10 +123,10 @@ def record_batch(payload: BatchBody, request: Request, key: Writer) -> Response:
 
 @router.get(
     "/v1/memories/{memory_id}",
-    responses={404: {"model": ErrorOut}, **ERRORS},
+    responses=error_responses(*KEYED, 404),
     summary="One memory of the key's tenant",
 )
-def get_memory(memory_id: str, request: Request, key: Reader) -> Response:
+def get_memory(memory_id: MemoryIdPath, request: Request, key: Reader) -> Response:
     """404 when the id is unknown or another tenant's: the two answers are the same."""
     try:
         parsed = uuid.UUID(memory_id)

@@ -5,9 +5,8 @@ export. Each runs the Python client's own call, so the checks and errors are the
 from __future__ import annotations
 
 from collections.abc import Generator, Iterator
-from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
 
 from memharness.server.access import (
@@ -19,16 +18,30 @@ from memharness.server.access import (
     runtime_of,
     whole_memories_only,
 )
+from memharness.server.errors import KEYED, error_responses
 from memharness.server.keys import Scope
-from memharness.server.models import CorrectBody, ErrorOut, ForgetBody, UndoBody
+from memharness.server.models import CorrectBody, ForgetBody, UndoBody
+from memharness.server.params import (
+    CursorQuery,
+    KindQuery,
+    LevelQuery,
+    MemoryIdPath,
+    MemoryStatusQuery,
+    PageLimitQuery,
+    RequestIdPath,
+    SemanticStatusQuery,
+    SinceQuery,
+    TaskIdQuery,
+    TypeQuery,
+)
 from memharness.server.routes.memories import json_response
 from memharness.server.strict import StrictRoute
 
 router = APIRouter(tags=["ownership"], route_class=StrictRoute)
 
-ERRORS: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorOut} for status in (401, 403, 404, 409, 413, 422, 429, 503)
-}
+ERRORS = error_responses(*KEYED, 404, 409)
+# Nothing to conflict with; a listing's 404 is a cursor none of its pages gave out.
+LIST_ERRORS = error_responses(*KEYED, 404)
 
 
 @router.post(
@@ -36,7 +49,9 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     responses=ERRORS,
     summary="Replace what a memory says with a new version",
 )
-def correct_memory(memory_id: str, payload: CorrectBody, request: Request, key: Writer) -> Response:
+def correct_memory(
+    memory_id: MemoryIdPath, payload: CorrectBody, request: Request, key: Writer
+) -> Response:
     """The old version is superseded (kept in its history, never recalled again); the
     workers then re-derive what was built on it. 409 when the memory was forgotten or was
     already corrected (correct the current version, ``current_id`` of its history)."""
@@ -60,7 +75,9 @@ def correct_memory(memory_id: str, payload: CorrectBody, request: Request, key: 
     responses=ERRORS,
     summary="Undo an automatic supersession: the memory is recalled again",
 )
-def undo_correction(memory_id: str, payload: UndoBody, request: Request, key: Writer) -> Response:
+def undo_correction(
+    memory_id: MemoryIdPath, payload: UndoBody, request: Request, key: Writer
+) -> Response:
     """``memory_id`` is the memory the background superseded; it is live again beside the
     one that superseded it. 409 when it is not superseded, or a person corrected it."""
     tenant = own_tenant(key, payload.tenant_id)
@@ -80,7 +97,7 @@ def undo_correction(memory_id: str, payload: UndoBody, request: Request, key: Wr
     responses=ERRORS,
     summary="Every version of a memory and what happened to it",
 )
-def memory_history(memory_id: str, request: Request, key: Reader) -> Response:
+def memory_history(memory_id: MemoryIdPath, request: Request, key: Reader) -> Response:
     client = runtime_of(request).client
     own_memory(client, key, memory_id)
     history = client.history(memory_id, tenant_id=key.tenant_id)
@@ -120,24 +137,22 @@ def forget(payload: ForgetBody, request: Request, key: Writer) -> Response:
     responses=ERRORS,
     summary="Where an erasure stands: pending, running, done (verified) or dead",
 )
-def forget_status(request_id: str, request: Request, key: Reader) -> Response:
+def forget_status(request_id: RequestIdPath, request: Request, key: Reader) -> Response:
     receipt = runtime_of(request).client.forget_status(request_id, tenant_id=key.tenant_id)
     return json_response(receipt.model_dump(mode="json"))
 
 
-@router.get("/v1/memories", responses=ERRORS, summary="A page of the tenant's memories")
+@router.get("/v1/memories", responses=LIST_ERRORS, summary="A page of the tenant's memories")
 def list_memories(
     request: Request,
     key: Reader,
-    task_id: str | None = None,
-    type: str | None = None,
-    level: str | None = None,
-    status: Annotated[
-        str | None, Query(description="stored (default), pending, corrected, forgotten or any")
-    ] = None,
-    since: Annotated[str | None, Query(description="ISO 8601; only memories from then")] = None,
-    cursor: Annotated[str | None, Query(description="next_cursor of the previous page")] = None,
-    limit: int = 50,
+    task_id: TaskIdQuery = None,
+    type: TypeQuery = None,
+    level: LevelQuery = None,
+    status: MemoryStatusQuery = None,
+    since: SinceQuery = None,
+    cursor: CursorQuery = None,
+    limit: PageLimitQuery = 50,
 ) -> Response:
     """Newest first; ``next_cursor`` is null on the last page. A forgotten memory lists as a
     tombstone (id, scope, times, no content)."""
@@ -154,14 +169,14 @@ def list_memories(
     return json_response(page.model_dump(mode="json"))
 
 
-@router.get("/v1/semantic", responses=ERRORS, summary="A page of the tenant's knowledge")
+@router.get("/v1/semantic", responses=LIST_ERRORS, summary="A page of the tenant's knowledge")
 def list_semantic(
     request: Request,
     key: Reader,
-    kind: str | None = None,
-    status: str | None = None,
-    cursor: str | None = None,
-    limit: int = 50,
+    kind: KindQuery = None,
+    status: SemanticStatusQuery = None,
+    cursor: CursorQuery = None,
+    limit: PageLimitQuery = 50,
 ) -> Response:
     page = runtime_of(request).client.list_semantic(
         key.tenant_id, kind=kind, status=status, cursor=cursor, limit=limit
@@ -179,7 +194,7 @@ def _encoded(chunks: Generator[str, None, None]) -> Iterator[bytes]:
 
 @router.get(
     "/v1/export",
-    responses={200: {"content": {"application/x-ndjson": {}}}, **ERRORS},
+    responses={200: {"content": {"application/x-ndjson": {}}}, **error_responses(*KEYED)},
     summary="The tenant as versioned JSON Lines (the format of `memharness export`)",
 )
 def export(request: Request, key: Reader) -> StreamingResponse:

@@ -5,17 +5,14 @@ thread; in embedded mode recall and context are answered by the store's owner wo
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter, Request, Response
 from pydantic import ValidationError
 
 from memharness.server.access import ApiError, Reader, own_tenant, runtime_of
-from memharness.server.errors import body, from_validation
+from memharness.server.errors import KEYED, body, error_responses, from_validation
 from memharness.server.models import (
     AffectedBody,
     ContextBody,
-    ErrorOut,
     ExplainBody,
     KnowledgeBody,
     RecallBody,
@@ -26,9 +23,7 @@ from pipelines.errors import InvalidInput
 
 router = APIRouter(tags=["reads"], route_class=StrictRoute)
 
-ERRORS: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorOut} for status in (401, 403, 413, 422, 429, 503, 504)
-}
+ERRORS = error_responses(*KEYED, 504)
 
 
 def _timeout(what: str, seconds: float) -> ApiError:

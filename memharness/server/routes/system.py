@@ -3,12 +3,11 @@ key's own identity and the tenant's golden queries."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter, Request, Response
 
 from memharness.server.access import Reader, Writer, own_tenant, runtime_of
-from memharness.server.models import ErrorOut, GoldenQueriesBody
+from memharness.server.errors import KEYED, error_responses
+from memharness.server.models import GoldenQueriesBody
 from memharness.server.ready import OK, readiness
 from memharness.server.routes.memories import json_response
 from memharness.server.strict import StrictRoute
@@ -16,7 +15,16 @@ from memharness.server.strict import StrictRoute
 router = APIRouter(tags=["system"], route_class=StrictRoute)
 
 
-@router.get("/healthz", summary="The process is up")
+# /readyz's answer, ready or not: the status and one verdict per dependency.
+_READINESS = {
+    "type": "object",
+    "required": ["status"],
+    "properties": {"status": {"type": "string", "enum": ["ready", "unready"]}},
+    "additionalProperties": {"type": "string"},
+}
+
+
+@router.get("/healthz", summary="The process is up", responses=error_responses(422))
 async def healthz() -> Response:
     return json_response({"status": "ok"})
 
@@ -24,7 +32,14 @@ async def healthz() -> Response:
 @router.get(
     "/readyz",
     summary="This process can serve: PostgreSQL, Redis and the store's owner answer",
-    responses={503: {"description": "a dependency does not answer; the body names it"}},
+    responses={
+        200: {"content": {"application/json": {"schema": _READINESS}}},
+        503: {
+            "description": "A dependency does not answer; the body names it.",
+            "content": {"application/json": {"schema": _READINESS}},
+        },
+        **error_responses(422),
+    },
 )
 async def readyz(request: Request) -> Response:
     """Reachability only: the quality verdict is ``memharness health``'s (and the alerts')."""
@@ -36,7 +51,20 @@ async def readyz(request: Request) -> Response:
     )
 
 
-@router.get("/metrics", summary="Prometheus metrics of this server process")
+@router.get(
+    "/metrics",
+    summary="Prometheus metrics of this server process",
+    responses={
+        200: {
+            "description": "Prometheus' text exposition format.",
+            "content": {"text/plain": {"schema": {"type": "string"}}},
+        },
+        **error_responses(401, 422, 429, 503),
+    },
+    response_class=Response,
+    # The install's metrics token (api_metrics_key), not a tenant's key.
+    openapi_extra={"security": [{"HTTPBearer": []}]},
+)
 def metrics(request: Request) -> Response:
     from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -50,9 +78,7 @@ def metrics(request: Request) -> Response:
         collector.close()
 
 
-ERRORS: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorOut} for status in (401, 403, 422, 429, 503)
-}
+ERRORS = error_responses(*KEYED)
 
 
 @router.get(

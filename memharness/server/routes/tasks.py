@@ -6,14 +6,15 @@ rest of the path up to the route's fixed tail."""
 from __future__ import annotations
 
 import uuid
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Request, Response
 from pydantic import ValidationError
 
 from memharness.server.access import ApiError, Reader, Writer, own_tenant, runtime_of
-from memharness.server.errors import body, from_validation
-from memharness.server.models import Body, CheckpointBody, ErrorOut
+from memharness.server.errors import KEYED, body, error_responses, from_validation
+from memharness.server.models import Body, CheckpointBody
+from memharness.server.params import CheckpointIdPath, CheckpointLimitQuery, TaskIdPath
 from memharness.server.routes.memories import json_response
 from memharness.server.strict import StrictRoute
 from pipelines.errors import CheckpointFormatError, InvalidInput, NotFound
@@ -22,9 +23,7 @@ from pipelines.state.models import TaskCheckpoint, TaskState
 
 router = APIRouter(tags=["tasks"], route_class=StrictRoute)
 
-ERRORS: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorOut} for status in (401, 403, 404, 409, 413, 422, 429, 503)
-}
+ERRORS = error_responses(*KEYED, 404, 409)
 
 
 def _task(task_id: str) -> str:
@@ -59,7 +58,7 @@ def _unreadable(exc: CheckpointFormatError) -> ApiError:
     summary="Save where the task is",
 )
 def save_checkpoint(
-    task_id: str,
+    task_id: TaskIdPath,
     payload: CheckpointBody,
     request: Request,
     key: Writer,
@@ -79,10 +78,10 @@ def save_checkpoint(
     "/v1/tasks/{task_id:path}/checkpoints", responses=ERRORS, summary="The task's checkpoints"
 )
 def list_checkpoints(
-    task_id: str,
+    task_id: TaskIdPath,
     request: Request,
     key: Reader,
-    limit: Annotated[int, Query(description="Newest first, at most this many (1-10000).")] = 50,
+    limit: CheckpointLimitQuery = 50,
 ) -> Response:
     rows = runtime_of(request).client.checkpoints.list(key.tenant_id, _task(task_id), limit=limit)
     return json_response(
@@ -108,7 +107,7 @@ def list_checkpoints(
     "/v1/tasks/{task_id:path}/resume", responses=ERRORS, summary="Resume from the newest checkpoint"
 )
 def resume(
-    task_id: str,
+    task_id: TaskIdPath,
     request: Request,
     key: Reader,
     payload: Body | None = None,
@@ -149,8 +148,8 @@ def resume(
     summary="Make an earlier checkpoint the newest again",
 )
 def rollback(
-    task_id: str,
-    checkpoint_id: str,
+    task_id: TaskIdPath,
+    checkpoint_id: CheckpointIdPath,
     request: Request,
     key: Writer,
     payload: Body | None = None,
@@ -175,7 +174,7 @@ def rollback(
     summary="The task is finished",
 )
 def complete_task(
-    task_id: str,
+    task_id: TaskIdPath,
     request: Request,
     key: Writer,
     payload: Body | None = None,

@@ -216,3 +216,28 @@ def test_a_result_postgresql_refuses_is_dead_lettered_alone(ctx, recorded, db, s
     assert db.execute("SELECT count(*) FROM jobs WHERE status = 'running'").fetchone() == (0,)
     # and no vector point stands for the dead one
     assert ctx.vectors.count(ctx.episodic_collection) == 3
+
+
+def test_linking_past_its_deadline_stops_and_goes_on_in_the_next_message(
+    db, redis_client, qdrant_path, settings: Settings, recorded
+) -> None:  # type: ignore[no-untyped-def]
+    from workers.cognition.link import link_unlinked
+
+    # given three stored memories and a link deadline every memory overruns (a model answers
+    # in seconds on a CPU: a batch of 32 would outlive the task's time limit)
+    ctx = Clients(settings.model_copy(update={"sweep_deadline_s": 1e-6}))
+    try:
+        drain_writes(ctx)
+
+        # when linking runs, each message links one memory and asks for the next message
+        passes = [link_unlinked(ctx) for _ in range(3)]
+        assert [(p["linked"], p.get("stopped_early", False), p["more"]) for p in passes] == [
+            (1, True, True),
+            (1, True, True),
+            (1, False, False),
+        ]
+    finally:
+        ctx.close()
+
+    # then every memory is linked, none twice
+    assert db.execute("SELECT count(*) FROM memories WHERE linked_at IS NULL").fetchone()[0] == 0
