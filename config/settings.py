@@ -314,6 +314,12 @@ class Settings(BaseSettings):
     context_timeout_s: float = Field(
         30.0, gt=0, description="How long context() waits for the store owner's answer."
     )
+    read_transport: Literal["direct", "celery"] = Field(
+        "direct",
+        description="How recall() and context() reach an embedded store's owner: direct (a "
+        "Redis list and a reply key of the call's own) or celery (the recall queue and the "
+        "result backend).",
+    )
     tokenizer: str = Field(
         "deepseek-v4", description="Token counter of budgets: deepseek-v4 or a tokenizer.json path."
     )

@@ -39,6 +39,7 @@ from workers.db.rows import row_to_memory
 from workers.metrics import count_records
 from workers.publish import publish
 from workers.queues import TaskName
+from workers.read.ask import OwnerReads
 from workers.state.service import CheckpointService, ResumeResult
 from workers.write.plan import (
     ACCEPTED,
@@ -86,16 +87,6 @@ def run_plan(conn: Any, plan: Plan) -> WriteOutcome:
         return outcome
 
 
-def _answer(result: Any, timeout_s: float) -> Any:
-    """The owner's answer; on a timeout the pending result is dropped (no stale subscription)."""
-    try:
-        return result.get(timeout=timeout_s)
-    except Exception:
-        with contextlib.suppress(Exception):
-            result.forget()
-        raise
-
-
 class MemoryClient(Owning):
     """An agent's handle on its memory: ``record`` what happens, ask for the ``context`` of
     the next step, ``checkpoint`` / ``resume`` / ``rollback`` where the task is, and
@@ -133,6 +124,7 @@ class MemoryClient(Owning):
             content_max_bytes=self.settings.content_max_bytes,
             metadata_max_bytes=self.settings.metadata_max_bytes,
         )
+        self._reads: OwnerReads = OwnerReads(self.settings, lambda: self._app)
 
     @property
     def _app(self) -> Celery:
@@ -146,6 +138,7 @@ class MemoryClient(Owning):
     # -- lifecycle -------------------------------------------------------------------------
 
     def close(self) -> None:
+        self._reads.close()
         self._clients.close()
 
     def __enter__(self) -> MemoryClient:
@@ -413,15 +406,13 @@ class MemoryClient(Owning):
     def run_recall(self, args: RecallArgs, *, timeout_s: float = 10.0) -> RecallHits:
         from pipelines.read.hits import recall_hits
 
-        result = publish(
-            TaskName.RECALL_SEARCH,
-            app=self._app,
-            tenant_id=args.tenant_id,
-            query=args.query,
-            task_id=args.task_id,
-            limit=args.limit,
-        )
-        return recall_hits(_answer(result, timeout_s))
+        query_kwargs = {
+            "tenant_id": args.tenant_id,
+            "query": args.query,
+            "task_id": args.task_id,
+            "limit": args.limit,
+        }
+        return recall_hits(self._reads.ask(TaskName.RECALL_SEARCH, query_kwargs, timeout_s))
 
     def knowledge(
         self,
@@ -515,8 +506,9 @@ class MemoryClient(Owning):
                 call,
                 lambda tenant, ids, at: publish_touch(tenant, ids, at, app=app),
             )
-        result = publish(TaskName.RECALL_CONTEXT, app=self._app, **call.to_json())
-        return self._context_from(_answer(result, timeout_s or self.settings.context_timeout_s))
+        timeout_s = timeout_s or self.settings.context_timeout_s
+        answer = self._reads.ask(TaskName.RECALL_CONTEXT, call.to_json(), timeout_s)
+        return self._context_from(answer)
 
     def _context_from(self, answer: Any) -> AssembledContext:
         """The owner's JSON answer: the context, or the typed error it refused the call with."""

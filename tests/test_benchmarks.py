@@ -244,6 +244,11 @@ def test_retrieval_latency_reports_in_process_and_end_to_end_keys(
     assert run_["e2e_calls"] == 30 and run_["e2e_under_writes_calls"] == 30
     assert run_["e2e_during_rebuild_calls"] >= 1
     assert float(run_["e2e_under_writes_records_per_s"]) > 50
+    # and where the end-to-end time went, stage by stage, the owner's engine call among them
+    stages = result["e2e_stages_ms_1k"]
+    assert set(stages) == {"client_encode", "publish", "pickup", "engine", "reply_encode",
+                           "reply_wake", "client_decode", "client_rest"}  # fmt: skip
+    assert stages["engine"] > 0 and result["read_transport"] == "direct"
 
 
 @pytest.mark.integration

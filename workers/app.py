@@ -204,24 +204,31 @@ def _start_read_slot_in_main(**_: object) -> None:
 
 
 def _start_read_slot() -> None:
+    from workers.read.reply import start_reply_slot
     from workers.read.slot import start_read_slot
 
     assert _read_slot_hostname is not None
     start_read_slot(get_app(), _read_slot_hostname)
+    # Direct reads (workers.read.ask) on a thread of their own, beside the recall queue's.
+    start_reply_slot(get_app(), get_settings().redis_url)
 
 
 @worker_process_shutdown.connect
 def _close_process_clients(**_: object) -> None:
     from workers.clients import close_clients
+    from workers.read.reply import stop_reply_slot
     from workers.read.slot import stop_read_slot
 
     stop_read_slot()  # the read in hand finishes (and is acked) before the store closes
+    stop_reply_slot()
     close_clients()
 
 
 @worker_shutdown.connect
 def _stop_read_slot_in_main(**_: object) -> None:
     if _read_slot_in_main:
+        from workers.read.reply import stop_reply_slot
         from workers.read.slot import stop_read_slot
 
         stop_read_slot()
+        stop_reply_slot()

@@ -33,12 +33,16 @@ from memharness.bench.scratch import percentile, worker_env
 from memharness.processes import start_worker, wait_for_worker
 from pipelines.read.budget import Partition
 from pipelines.records import TaskPhase
+from workers.read.ask import last_trace
 
 # The issue's write load: an agent fleet recording 200 interactions a second.
 WRITES_PER_S = 200
 # The writer runs this long before the timed calls start, so the owner is in its steady
 # state of drains and link passes, not at the first batch.
 WRITES_SETTLE_S = 2.0
+# The stages of one call (workers.read.ask.last_trace) and what the trace leaves out.
+STAGES = ("client_encode", "publish", "pickup", "engine", "reply_encode", "reply_wake",
+          "client_decode", "client_rest")  # fmt: skip
 
 
 def _log(message: str) -> None:
@@ -122,23 +126,30 @@ class Agent:
 
     def __init__(self, client: Any, budget_tokens: int, warmup: int) -> None:
         self.client = client
+        self.stages: list[dict[str, float]] = []
         self.budget_tokens = budget_tokens
         # Calls before the timed ones of each phase: caches and the result subscription warm.
         self.warmup = warmup
 
     def call(self, query: Query) -> tuple[float, int]:
-        """(milliseconds, retrieved memories) of one call."""
+        """(milliseconds, retrieved memories) of one call; its stages go to ``stages``."""
         t0 = time.perf_counter()
         context = self.client.context(
             query.task_id, query.text, self.budget_tokens, query.phase,
             tenant_id=query.tenant_id,
         )  # fmt: skip
         elapsed = (time.perf_counter() - t0) * 1000
+        trace = last_trace()
+        if trace is not None:
+            # What the trace leaves out: the call's checks before the ask and the context's
+            # model validation after it, in this process.
+            self.stages.append({**trace, "client_rest": elapsed - sum(trace.values())})
         return elapsed, len(context.partition(Partition.RETRIEVED_MEMORY).items)
 
     def timed(self, calls: Sequence[Query], until: Callable[[], bool] | None = None) -> list[float]:
         for query in calls[: self.warmup]:
             self.call(query)
+        self.stages = []
         out = []
         for query in calls[self.warmup :]:
             if until is not None and until():
@@ -147,15 +158,28 @@ class Agent:
         return out
 
 
-def _summary(prefix: str, latencies: Sequence[float]) -> dict[str, Any]:
+def stage_p50s(stages: Sequence[dict[str, float]]) -> dict[str, float]:
+    """The median of each stage over the calls, in the order a call goes through them."""
+    names = [name for name in STAGES if any(name in s for s in stages)]
+    return {
+        name: round(statistics.median(s[name] for s in stages if name in s), 3) for name in names
+    }
+
+
+def _summary(
+    prefix: str, latencies: Sequence[float], stages: Sequence[dict[str, float]] = ()
+) -> dict[str, Any]:
     if not latencies:
         return {f"{prefix}_calls": 0}
-    return {
+    out: dict[str, Any] = {
         f"{prefix}_calls": len(latencies),
         f"{prefix}_p50_ms": round(statistics.median(latencies), 2),
         f"{prefix}_p95_ms": round(percentile(latencies, 0.95), 2),
         f"{prefix}_p99_ms": round(percentile(latencies, 0.99), 2),
     }
+    if stages:
+        out[f"{prefix}_stages_ms"] = stage_p50s(stages)
+    return out
 
 
 def measure_e2e(
@@ -185,7 +209,8 @@ def measure_e2e(
         with MemoryClient(settings) as client:
             agent = Agent(client, budget_tokens, warmup)
             _log("  e2e: idle owner")
-            result |= _summary("e2e", agent.timed(calls))
+            result |= _summary("e2e", agent.timed(calls), agent.stages)
+            result["e2e_read_transport"] = settings.read_transport
 
             if under_writes:
                 ctx = multiprocessing.get_context("spawn")
@@ -206,7 +231,7 @@ def measure_e2e(
                 finally:
                     stop.set()
                     writer.join(timeout=30)
-                result |= _summary("e2e_under_writes", latencies)
+                result |= _summary("e2e_under_writes", latencies, agent.stages)
                 result["e2e_under_writes_records_per_s"] = round(rate, 1)
                 # The owner drains what the writer left before the next phase starts.
                 result["e2e_under_writes_backlog_s"] = _wait_drained(settings)
@@ -219,6 +244,7 @@ def measure_e2e(
                 while rebuild.state == "PENDING" and time.monotonic() - started < 60:
                     time.sleep(0.01)
                 latencies, failures = [], 0
+                agent.stages = []
                 # The calls again and again until the rebuild is done.
                 for query in itertools.cycle(calls):
                     if rebuild.ready():
@@ -233,7 +259,7 @@ def measure_e2e(
                         failures += 1
                     latencies.append(elapsed)
                 report = rebuild.get(timeout=3600)
-                result |= _summary("e2e_during_rebuild", latencies)
+                result |= _summary("e2e_during_rebuild", latencies, agent.stages)
                 result["e2e_failures_during_rebuild"] = failures
                 result["e2e_rebuild_s"] = round(float(report["seconds"]), 2)
                 result["e2e_rebuild_phases_s"] = {

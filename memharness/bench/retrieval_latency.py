@@ -410,8 +410,11 @@ def run(
         "measured": "p*_ms: MemoryClient.context()'s owner-side call in process "
         "(workers.read.context.assemble_for -> pipelines.read.assemble.build_context with the "
         "offline adapters, qdrant-edge (embedded) and PostgreSQL; no Celery hop). e2e_*: "
-        "MemoryClient.context() from this process through the recall queue to a store-owner "
-        "worker process and back",
+        "MemoryClient.context() from this process to a store-owner "
+        "worker process and back (read_transport: direct = a Redis list and a reply key; celery = "
+        "the recall queue and the result backend); e2e_stages_ms: p50 of each stage of those "
+        "calls (workers.read.ask.last_trace)",
+        "read_transport": base.read_transport,
         "embedder": "hashing",
         "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
         "runs": {},
@@ -426,6 +429,7 @@ def run(
             for src, dst in (
                 ("e2e_p50_ms", f"e2e_p50_ms_{k}"),
                 ("e2e_p95_ms", f"e2e_p95_ms_{k}"),
+                ("e2e_stages_ms", f"e2e_stages_ms_{k}"),
                 ("e2e_under_writes_p95_ms", f"e2e_p95_ms_{k}_under_writes"),
                 ("e2e_during_rebuild_p95_ms", f"e2e_p95_ms_{k}_during_rebuild"),
                 ("e2e_failures_during_rebuild", f"e2e_failures_during_rebuild_{k}"),

@@ -49,14 +49,12 @@ RECONNECT_S = 0.5
 RECONNECT_MAX_S = 10.0
 
 
-class ReadSlot(threading.Thread):
-    """Consumes ``queue`` and runs its tasks on this thread, one at a time."""
+class ServingThread(threading.Thread):
+    """A thread of the owner's that answers reads: what a read defers (``after_reply``) runs
+    once its answer is on its way."""
 
-    def __init__(self, app: Celery, hostname: str, queue: CeleryQueue = CeleryQueue.RECALL) -> None:
-        super().__init__(name=f"memharness-read-slot-{queue.value}", daemon=True)
-        self._app = app
-        self._hostname = hostname
-        self._queue = queue
+    def __init__(self, name: str) -> None:
+        super().__init__(name=name, daemon=True)
         self._stopping = threading.Event()
         self.ready = threading.Event()
         self.served = 0
@@ -64,6 +62,9 @@ class ReadSlot(threading.Thread):
 
     def defer(self, fn: Callable[[], None]) -> None:
         self._after_reply.append(fn)
+
+    def _drop_deferred(self) -> None:
+        self._after_reply = []
 
     def _run_deferred(self) -> None:
         pending, self._after_reply = self._after_reply, []
@@ -74,10 +75,20 @@ class ReadSlot(threading.Thread):
                 log.warning("work deferred after a reply failed", exc_info=True)
 
     def stop(self, timeout_s: float = 10.0) -> None:
-        """Finish the task in hand (its message is acked), then stop consuming."""
+        """Finish the read in hand (a slot's message is acked), then stop serving."""
         self._stopping.set()
         if self.is_alive():
             self.join(timeout_s)
+
+
+class ReadSlot(ServingThread):
+    """Consumes ``queue`` and runs its tasks on this thread, one at a time."""
+
+    def __init__(self, app: Celery, hostname: str, queue: CeleryQueue = CeleryQueue.RECALL) -> None:
+        super().__init__(name=f"memharness-read-slot-{queue.value}")
+        self._app = app
+        self._hostname = hostname
+        self._queue = queue
 
     def run(self) -> None:
         backoff = RECONNECT_S
@@ -166,11 +177,12 @@ class ReadSlot(threading.Thread):
 
 
 def after_reply(fn: Callable[[], None]) -> None:
-    """Run ``fn`` once the task in hand has stored its answer (on a read slot), else now.
+    """Run ``fn`` once the task in hand has sent its answer (on a read slot or the reply
+    slot), else now.
 
     For what the caller does not wait for (an access bump): the answer goes first."""
     thread = threading.current_thread()
-    if isinstance(thread, ReadSlot):
+    if isinstance(thread, ServingThread):
         thread.defer(fn)
     else:
         fn()

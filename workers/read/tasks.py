@@ -5,6 +5,7 @@ runs on ``maintenance``, because it needs PostgreSQL only.
 
 from __future__ import annotations
 
+import time
 from datetime import datetime
 from typing import Any
 
@@ -48,7 +49,11 @@ def context_task(**kwargs: Any) -> dict[str, Any]:
     def touch_later(tenant_id: str, memory_ids: list[str], accessed_at: datetime) -> None:
         after_reply(lambda: publish_touch(tenant_id, memory_ids, accessed_at))
 
-    return context_answer(get_clients(), kwargs, touch_later)
+    picked = time.time()
+    answer = context_answer(get_clients(), kwargs, touch_later)
+    # Wall-clock stamps for the caller's stage trace (workers.read.ask.last_trace).
+    answer["trace"] = {"picked": picked, "answered": time.time()}
+    return answer
 
 
 @memharness_task(TaskName.TOUCH_MEMORIES)
