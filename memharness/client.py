@@ -107,6 +107,7 @@ class MemoryClient(Owning):
         self._given_app = app
         self._checkpoints: CheckpointService | None = None
         self._limits: Limits | None = None
+        self._reads = OwnerReads(self.settings, lambda: self._app)
 
     @property
     def limits(self) -> Limits:
@@ -124,7 +125,6 @@ class MemoryClient(Owning):
             content_max_bytes=self.settings.content_max_bytes,
             metadata_max_bytes=self.settings.metadata_max_bytes,
         )
-        self._reads: OwnerReads = OwnerReads(self.settings, lambda: self._app)
 
     @property
     def _app(self) -> Celery:
