@@ -100,6 +100,18 @@ def _count(name: str, outcome: str, elapsed_s: float) -> None:
         log.warning("metrics for %s not recorded: Redis unavailable", name)
 
 
+def final_attempt() -> bool:
+    """True inside a task running its last attempt: a transient error now would not be
+    retried but dead-lettered, so a call with an offline fallback should take it."""
+    from celery import current_task
+
+    task = current_task
+    if task is None or task.request is None or task.request.called_directly:
+        return False
+    retries = task.request.retries or 0
+    return task.max_retries is not None and retries >= task.max_retries
+
+
 def memharness_task(
     name: TaskName,
     *,

@@ -4,6 +4,7 @@ entities, vector neighbours of their task and causal proposals of the LLM port.
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Sequence
@@ -14,6 +15,7 @@ from pipelines.answers import ask_with_fallback
 from pipelines.cognition.causal import propose_causal_offline
 from pipelines.cognition.entities import extract_entities
 from pipelines.cognition.link import Neighbour, causal_links, entity_links, similar_links
+from pipelines.errors import TransientLLMError
 from pipelines.own.contradict import confirm, contradicted
 from pipelines.records import EpisodicMemory, MemoryStatus
 from workers.clients import Clients
@@ -29,6 +31,8 @@ from workers.metrics import count_automatic_corrections
 from workers.own.correct import apply_supersessions
 from workers.publish import publish_quietly
 from workers.queues import TaskName
+
+log = logging.getLogger(__name__)
 
 # Entity links look at the tenant's most recent rows: 300 keeps a link step inside ~50 ms of
 # Python per memory with the offline extractor, and recent memories are the likely partners.
@@ -56,7 +60,11 @@ def _key(memory: EpisodicMemory) -> tuple[datetime, str]:
 
 
 def link_memories(
-    ctx: Clients, memory_ids: Sequence[uuid.UUID], *, deadline: float | None = None
+    ctx: Clients,
+    memory_ids: Sequence[uuid.UUID],
+    *,
+    deadline: float | None = None,
+    transient_fallback: bool = False,
 ) -> dict[str, Any]:
     """Links of new memories to older ones: shared entities, close neighbours of the same
     task (vector score >= 0.75), and causal edges proposed by the LLM port (offline rules
@@ -67,7 +75,11 @@ def link_memories(
     found) of seconds on a CPU; past ``deadline`` (``time.monotonic()``) no further memory is
     started and ``stopped_early`` says so: the rest stay unlinked for the next message, and the
     task never reaches its time limit (a link task killed there is not retried, and its
-    memories would wait for the relay)."""
+    memories would wait for the relay).
+
+    ``transient_fallback`` (the task's last attempt): a model that times out or is down gets
+    the offline rules' causal proposals instead of failing the task for good, counted in
+    ``llm_fallback`` and logged with the error's kind, so the memories are linked, not left."""
     with ctx.pool.connection() as conn:
         rows = fetch_rows(conn, memory_ids)
         linked = {
@@ -129,11 +141,22 @@ def link_memories(
         candidates = [c for c in older if c.id != memory.id]
         if candidates:
             llm = ctx.llm_for(memory.tenant_id)
-            batch, _, _ = ask_with_fallback(
-                lambda: llm.propose_causal(memory, candidates),  # noqa: B023
-                lambda: propose_causal_offline(memory, candidates),  # noqa: B023
-                llm.name,
-            )
+            try:
+                batch, _, _ = ask_with_fallback(
+                    lambda: llm.propose_causal(memory, candidates),  # noqa: B023
+                    lambda: propose_causal_offline(memory, candidates),  # noqa: B023
+                    llm.name,
+                )
+            except TransientLLMError as exc:
+                if not transient_fallback:
+                    raise
+                log.warning(
+                    "causal proposals for memory %s: %s on the last attempt; offline rules used",
+                    memory.id,
+                    type(exc).__name__,
+                )
+                stats["llm_fallback"] = stats.get("llm_fallback", 0) + 1
+                batch = propose_causal_offline(memory, candidates)
             links += causal_links(memory, candidates, batch)
         unique = {(link.src_id, link.dst_id, link.kind): link for link in reversed(links)}
         with ctx.pool.connection() as conn:
@@ -163,7 +186,7 @@ def link_memories(
 LINK_BATCH = 32
 
 
-def link_unlinked(ctx: Clients) -> dict[str, Any]:
+def link_unlinked(ctx: Clients, *, transient_fallback: bool = False) -> dict[str, Any]:
     """Link the oldest stored memories not linked yet, one small batch; ``more`` says go on.
 
     Linking yields to writes: while write jobs are due it does nothing, and the drain that
@@ -174,6 +197,6 @@ def link_unlinked(ctx: Clients) -> dict[str, Any]:
             return {"linked": 0, "links": 0, "deferred": True, "more": False}
         ids = unlinked_ids(conn, older_than_s=0.0, limit=LINK_BATCH)
     deadline = time.monotonic() + ctx.settings.sweep_deadline_s
-    stats = link_memories(ctx, ids, deadline=deadline)
+    stats = link_memories(ctx, ids, deadline=deadline, transient_fallback=transient_fallback)
     stats["more"] = len(ids) == LINK_BATCH or bool(stats.get("stopped_early"))
     return stats

@@ -23,7 +23,7 @@ from workers.cognition.runs import parse_clock, run_id_for
 from workers.metrics import observe_sweep
 from workers.publish import publish
 from workers.queues import TaskName
-from workers.tasking import memharness_task
+from workers.tasking import final_attempt, memharness_task
 
 
 def _run(kind: str, run_id: str | None, now: str | None) -> tuple[uuid.UUID, str]:
@@ -103,9 +103,14 @@ def link_memories_task(memory_ids: list[str] | None = None) -> dict[str, Any]:
     clients = get_clients()
     if memory_ids is not None:
         deadline = time.monotonic() + clients.settings.sweep_deadline_s
-        return link_memories(clients, [uuid.UUID(i) for i in memory_ids], deadline=deadline)
+        return link_memories(
+            clients,
+            [uuid.UUID(i) for i in memory_ids],
+            deadline=deadline,
+            transient_fallback=final_attempt(),
+        )
     started = time.monotonic()
-    stats = link_unlinked(clients)
+    stats = link_unlinked(clients, transient_fallback=final_attempt())
     observe_sweep("link", time.monotonic() - started)
     if stats["more"]:
         publish(TaskName.LINK_MEMORIES, memory_ids=None)

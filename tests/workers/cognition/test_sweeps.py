@@ -871,3 +871,40 @@ def test_a_rolled_back_task_summary_is_made_again_by_the_compression_sweep(  # t
     again = run_to_end(compress_step, ctx, "compress", END, key="after")
     assert "l3_created" not in again.stats
     assert len(task_summaries(db)) == len(retired) + 1
+
+
+def test_a_model_down_on_the_last_link_attempt_links_with_the_offline_rules(
+    db, redis_client, qdrant_path
+) -> None:  # type: ignore[no-untyped-def]
+    from config import Settings
+    from pipelines.errors import TransientLLMError
+    from tests.support.openai_stub import serve_stub
+
+    with serve_stub() as stub:
+        settings = Settings(
+            llm_provider="openai", llm_base_url=stub.url, llm_api_key=stub.api_key,
+            llm_timeout_s=5.0,
+        )  # fmt: skip
+        ctx = Clients(settings)
+        try:
+            # given a project's memories and a model that answers every call with a 503
+            ids = store(db, history(START))
+            stub.control("http503")
+
+            # when a link attempt with retries left runs, the error goes up to be retried
+            with pytest.raises(TransientLLMError):
+                link_memories(ctx, ids)
+            # (the first memory has no older one to ask the model about: it is linked)
+            unlinked = "SELECT count(*) FROM memories WHERE linked_at IS NULL"
+            assert db.execute(unlinked).fetchone()[0] == len(ids) - 1
+
+            # and on the last attempt the offline rules propose the causes instead
+            stats = link_memories(ctx, ids, transient_fallback=True)
+        finally:
+            ctx.close()
+
+    # then every memory is linked, the fallback counted, the causal chain made
+    assert db.execute(unlinked).fetchone()[0] == 0
+    assert stats["linked"] == len(ids) - 1 and stats["llm_fallback"] == len(ids) - 1
+    kinds = dict(db.execute("SELECT kind, count(*) FROM memory_links GROUP BY 1").fetchall())
+    assert kinds.get("causal", 0) > 0, kinds
