@@ -37,6 +37,7 @@ from memharness.bench.retrieval_latency import (
     SEED,
     copy_memories,
     index_memories,
+    store_sizes,
     synthetic_memories,
 )
 from memharness.bench.scratch import scratch_settings
@@ -202,20 +203,8 @@ def run(base: Settings, *, memories: list[int]) -> int:
     return 0
 
 
-def _sizes(text: str) -> list[int]:
-    try:
-        values = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated integers, got {text!r}"
-        ) from None
-    if not values or min(values) < 100:
-        raise argparse.ArgumentTypeError("each store size must be at least 100")
-    return values
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--memories", type=_sizes, default=[10_000, 100_000])
+    parser.add_argument("--memories", type=store_sizes, default=[10_000, 100_000])
 
 
 def run_args(args: argparse.Namespace) -> int:

@@ -465,7 +465,8 @@ def run(
     return 0 if out.get("meets_targets") in (True, None) else 1
 
 
-def _points(text: str) -> list[int]:
+def store_sizes(text: str) -> list[int]:
+    """``--points``/``--memories``: comma-separated store sizes, each at least 100."""
     try:
         values = [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
@@ -502,7 +503,7 @@ def run_args(args: argparse.Namespace) -> int:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--points", type=_points, default=[10_000, 100_000])
+    parser.add_argument("--points", type=store_sizes, default=[10_000, 100_000])
     parser.add_argument("--queries", type=int, default=300)
     parser.add_argument("--warmup", type=int, default=30)
     parser.add_argument("--quick", action="store_true", help="1k memories, 40 calls (CI)")

@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field, JsonValue, ValidationError
 from pipelines.errors import Conflict, InvalidInput
 from pipelines.own.versions import ACTOR_MAX_CHARS
 from pipelines.records import MemoryType, TaskPhase, check_id
+from pipelines.requests.base import field_path, limit_of
 from pipelines.state.models import TaskState
 
 if TYPE_CHECKING:
@@ -320,13 +321,8 @@ def invalid_from_validation(exc: ValidationError, *, prefix: str = "") -> Invali
         if error["type"] != "default_factory_not_called"
     ] or exc.errors(include_url=False)
     first = errors[0]
-    field = prefix
-    for part in first["loc"]:  # the Python client's and the HTTP API's way: items[3].content
-        if isinstance(part, int):
-            field += f"[{part}]"
-        else:
-            field += f".{part}" if field else str(part)
-    field = field or "arguments"
+    # the Python client's and the HTTP API's way: items[3].content
+    field = field_path(tuple(first["loc"]), prefix) or "arguments"
     kind = first["type"]
     if kind == "missing":
         message = "is required"
@@ -337,25 +333,7 @@ def invalid_from_validation(exc: ValidationError, *, prefix: str = "") -> Invali
     more = len(errors) - 1
     if more:
         message += f" (and {more} more error{'s' if more > 1 else ''})"
-    return InvalidInput(field, message, _limit_of(first.get("ctx")))
-
-
-_BOUNDS = {"le": "<= {}", "lt": "< {}", "ge": ">= {}", "gt": "> {}"}
-
-
-def _limit_of(ctx: Mapping[str, Any] | None) -> str | None:
-    if not ctx:
-        return None
-    for key, template in _BOUNDS.items():
-        if key in ctx:
-            return template.format(ctx[key])
-    if "max_length" in ctx:
-        return f"{ctx['max_length']} long at most"
-    if "min_length" in ctx:
-        return f"{ctx['min_length']} long at least"
-    if "expected" in ctx:
-        return f"one of {ctx['expected']}"
-    return None
+    return InvalidInput(field, message, limit_of(first.get("ctx")))
 
 
 def _with_importance(metadata: Mapping[str, Any] | None, importance: object) -> Any:

@@ -137,7 +137,8 @@ class Args(BaseModel):
             raise invalid_from_validation(exc) from None
 
 
-def _path(loc: tuple[int | str, ...], prefix: str = "") -> str:
+def field_path(loc: tuple[int | str, ...], prefix: str = "") -> str:
+    """A validation error's location as callers name fields: ``items[3].content``."""
     field = prefix
     for part in loc:
         if isinstance(part, int):
@@ -150,7 +151,8 @@ def _path(loc: tuple[int | str, ...], prefix: str = "") -> str:
 _BOUNDS = {"le": "<= {}", "lt": "< {}", "ge": ">= {}", "gt": "> {}"}
 
 
-def _limit_of(ctx: Mapping[str, Any] | None) -> str | None:
+def limit_of(ctx: Mapping[str, Any] | None) -> str | None:
+    """The bound a pydantic error's context says was broken, as the error's limit."""
     if not ctx:
         return None
     for key, template in _BOUNDS.items():
@@ -179,9 +181,9 @@ def invalid_from_validation(exc: ValidationError, *, prefix: str = "") -> Invali
     cause = ctx.get("error")
     loc = tuple(first["loc"])
     if isinstance(cause, InvalidInput):
-        where = _path(loc[:-1], prefix)
+        where = field_path(loc[:-1], prefix)
         return cause.within(where) if where else cause
-    field = _path(loc, prefix) or "body"
+    field = field_path(loc, prefix) or "body"
     kind = first["type"]
     if kind == "missing":
         message = "is required"
@@ -194,7 +196,7 @@ def invalid_from_validation(exc: ValidationError, *, prefix: str = "") -> Invali
     more = len(errors) - 1
     if more:
         message += f" (and {more} more error{'s' if more > 1 else ''})"
-    return InvalidInput(field, message, _limit_of(ctx))
+    return InvalidInput(field, message, limit_of(ctx))
 
 
 # -- field checkers (BeforeValidator bodies; ``info.field_name`` names the field) ---------------
