@@ -196,7 +196,13 @@ def test_a_round_trip_gives_the_same_recall_on_a_fresh_install(  # type: ignore[
                 ),
                 "every imported memory embedded",
             )
-            # and recall answers exactly as the source did, query by query
+            # and once the owner's index check finds no point missing (until then a recall
+            # says degraded and fuses PostgreSQL's keyword matches into its hits)
+            wait_for(
+                lambda: not target.recall(texts[0], tenant_id=TENANT, limit=10).degraded,
+                "the target's index complete",
+            )
+            # recall answers exactly as the source did, query by query
             after = recall_all(target, texts)
             assert after == before
 
