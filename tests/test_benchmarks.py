@@ -557,6 +557,21 @@ def test_footprint_reports_bytes_per_memory_by_part(migrated, settings, capsys) 
     assert result["rss_mib_store_reopened"] > 0 and result["seed_memories_per_s"] > 0
 
 
+@pytest.mark.integration
+def test_store_legs_times_each_postgresql_leg_of_context(migrated, settings, capsys) -> None:  # type: ignore[no-untyped-def]
+    from memharness.bench.store_legs import LEGS, run
+
+    assert run(settings, points=[1_000], queries=10, warmup=2) == 0
+    result = last_json(capsys)["runs"]["1000"]
+    assert result["queries"] == 10
+    for leg in LEGS:
+        assert 0 < result[f"{leg}_p50_ms"] <= result[f"{leg}_p95_ms"], leg
+    # Every bench question shares words with the synthetic store: the legs find rows, and the
+    # fetch reads back every id the sparse leg found (all stored, all in the task).
+    assert result["sparse_hits_mean"] > 0 and result["temporal_hits_mean"] > 0
+    assert result["fetch_hits_mean"] == result["sparse_hits_mean"]
+
+
 def test_a_wait_of_the_bench_ends_at_once_when_a_task_fails_for_good(migrated, settings) -> None:  # type: ignore[no-untyped-def]
     import time
 

@@ -16,6 +16,7 @@ from memharness.bench.embedders import EMBEDDERS
 from memharness.bench.footprint import register_bench as register_footprint_bench
 from memharness.bench.forget import register_bench as register_forget_bench
 from memharness.bench.retrieval_latency import register_bench as register_latency
+from memharness.bench.store_legs import register_bench as register_store_legs
 from memharness.bench.system_quality import register_bench as register_system_quality
 from memharness.cli.checkpoints import register as register_checkpoints
 from memharness.cli.checkpoints import register_bench
@@ -246,6 +247,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--seed", type=int, default=None, help="default: the set's own seed")
     register_bench(bench)
     register_latency(bench)
+    register_store_legs(bench)
     register_api_bench(bench)
     register_forget_bench(bench)
     register_footprint_bench(bench)

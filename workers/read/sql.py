@@ -53,12 +53,21 @@ SPARSE_SQL = f"""
     LIMIT %(limit)s
 """
 
-# The last days of the task through memories_scope_ts_idx (tenant_id, task_id, ts DESC).
+# The last days of the task through memories_scope_ts_idx (tenant_id, task_id, ts DESC): the
+# newest RECENT_SCAN of the window, in index order, and only those ranked. Ranking the whole
+# window made the leg grow with the task: at 1M memories (25k per task, ~5,900 in a week)
+# it read and ranked every one of them, 52-100 ms a call; the newest 500 take 8-15 ms there
+# (load 5-7, docs/scaling.md). A window holding fewer rows than that is ranked whole.
+RECENT_SCAN = 500
 TEMPORAL_RANKED_SQL = f"""
-    SELECT m.id::text, ts_rank(m.search_tsv, q.query) AS s
-    FROM to_tsquery('{TS_CONFIG}', %(q)s) AS q(query), memories m
-    WHERE {{scope}} AND m.status = 'stored' AND m.ts >= %(since)s
-    ORDER BY s DESC, m.ts DESC, m.id
+    SELECT r.id::text, ts_rank(r.search_tsv, q.query) AS s
+    FROM to_tsquery('{TS_CONFIG}', %(q)s) AS q(query), (
+        SELECT m.id, m.ts, m.search_tsv FROM memories m
+        WHERE {{scope}} AND m.status = 'stored' AND m.ts >= %(since)s
+        ORDER BY m.ts DESC, m.id
+        LIMIT %(scan)s
+    ) AS r
+    ORDER BY s DESC, r.ts DESC, r.id
     LIMIT %(limit)s
 """
 
@@ -409,7 +418,13 @@ class PostgresRecall:
     ) -> tuple[tuple[Any, ...], str, dict[str, Any]]:
         query = tsquery_of(text)
         key = ("recent", scope.tenant_id, scope.task_id, query, since, limit)
-        params = {**_scope_params(scope), "q": query, "since": since, "limit": limit}
+        params = {
+            **_scope_params(scope),
+            "q": query,
+            "since": since,
+            "limit": limit,
+            "scan": max(RECENT_SCAN, limit),
+        }
         return key, scoped(TEMPORAL_RANKED_SQL if query else TEMPORAL_NEWEST_SQL, scope), params
 
     def queue_recent(self, text: str, scope: RecallScope, since: datetime, limit: int) -> None:

@@ -20,6 +20,7 @@ from pipelines.read.recall import RecallScope
 from pipelines.records import Level
 from workers.adapters.tokenizer import load_token_counter
 from workers.db import open_pool
+from workers.read import sql as read_sql
 from workers.read.request import check_context_call, layout_of
 from workers.read.sql import PostgresRecall, tsquery_of
 from workers.read.touch import touch_memories
@@ -120,6 +121,28 @@ def test_temporal_recall_reads_the_last_seven_days_of_the_task(db, pool) -> None
     newest_first = recall.search_recent("what is it?", SCOPE, since, 20)
     assert [hit.id for hit in newest_first] == [newest, recent]
     assert len(recall.search_recent("deployed", SCOPE, since, 1)) == 1
+
+
+def test_temporal_recall_ranks_only_the_newest_rows_of_a_full_window(  # type: ignore[no-untyped-def]
+    db, pool, monkeypatch
+) -> None:
+    # given a week holding more rows than the leg reads, the best match the oldest of them
+    monkeypatch.setattr(read_sql, "RECENT_SCAN", 3)
+    oldest = insert(db, "Deployed the invoices service to eu-west-1.", age=timedelta(days=3))
+    newer = [
+        insert(db, f"Checked the mailer logs, pass {n}.", age=timedelta(hours=n))
+        for n in range(1, 4)
+    ]
+    matching_new = insert(db, "Deployed the mailer.", age=timedelta(minutes=5))
+    recall = PostgresRecall(pool, versions_from_rows=False)
+    since = NOW - timedelta(days=7)
+
+    # when the temporal leg ranks the window, it reads the newest three only
+    ranked = [hit.id for hit in recall.search_recent("deployed invoices", SCOPE, since, 2)]
+    assert oldest not in ranked
+    assert ranked == [matching_new, newer[0]]
+    # and a limit above the scan bound still gets that many rows
+    assert len(recall.search_recent("deployed invoices", SCOPE, since, 5)) == 5
 
 
 def test_queued_searches_answer_as_direct_ones_on_one_connection_given_back(db, pool) -> None:  # type: ignore[no-untyped-def]
