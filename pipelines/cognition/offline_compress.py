@@ -297,7 +297,6 @@ def _render_units(
     return units
 
 
-
 def compress_offline(request: CompressRequest, *, annotate_only: bool = False) -> SummaryOutput:
     """Stage 2 by rules (or, ``annotate_only``, stage 1 rendered: chatter dropped, no budget)."""
     by_index = {a.index: a for a in request.annotations}
