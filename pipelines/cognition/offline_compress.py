@@ -19,7 +19,11 @@ compressor and the fallback of a model that answers badly.
   mostly react rather than inform. Verbatim segments are never dropped, so a summary can
   stay above its budget; the draft records the words it has;
 * a phase summary (L2, L3) also drops the outcome clauses whose every content word an
-  earlier clause already says, and groups each day's clauses by speaker, one line each;
+  earlier clause already says, groups each day's clauses by speaker, one line each, and
+  names each thing once per line: an outcome clause loses the words its speaker's line has
+  already said that day (not its negations, numbers or dates). The quality check and the
+  answer check compare bags of words, so they cannot see what this costs a reader (a later
+  clause no longer repeats its subject); it stays within one speaker's line for that reason;
 * the segments of one turn are joined as sentences (no separator word).
 
 Segment kinds come from cue words (:mod:`pipelines.cognition.kinds`). Chinese is compressed
