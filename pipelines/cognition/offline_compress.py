@@ -19,7 +19,11 @@ compressor and the fallback of a model that answers badly.
   mostly react rather than inform. Verbatim segments are never dropped, so a summary can
   stay above its budget; the draft records the words it has;
 * a phase summary (L2, L3) also drops the outcome clauses whose every content word an
-  earlier clause already says, and groups each day's clauses by speaker, one line each;
+  earlier clause already says, groups each day's clauses by speaker, one line each, and
+  names each thing once per line: an outcome clause loses the words its speaker's line has
+  already said that day (not its negations, numbers or dates). The quality check and the
+  answer check compare bags of words, so they cannot see what this costs a reader (a later
+  clause no longer repeats its subject); it stays within one speaker's line for that reason;
 * the segments of one turn are joined as sentences (no separator word).
 
 Segment kinds come from cue words (:mod:`pipelines.cognition.kinds`). Chinese is compressed
@@ -77,6 +81,7 @@ from pipelines.text.words import (
     has_han,
     raw_tokens,
     word_count,
+    words,
 )
 
 _ERROR_LINE_RE = re.compile(r"(?:error|exception|fail|fatal|panic|denied|refused|timeout)", re.I)
@@ -90,7 +95,7 @@ _THIRD_PERSON = {"he": "", "she": "", "him": "", "her": "", "his": "'s", "hers":
 # every compressor's identity (``pipelines.cognition.compress.compressor_id``): raise it when
 # a change of the rules changes what a summary keeps, and rows marked compression-resistant
 # under the old rules are tried again.
-OFFLINE_RULES_VERSION = 2
+OFFLINE_RULES_VERSION = 3
 
 
 class OfflineCompressor:
@@ -310,7 +315,9 @@ def compress_offline(request: CompressRequest, *, annotate_only: bool = False) -
     if not annotate_only:
         dropped_units |= _drop_for_budget(units, request.target_words)
     kept = [u for u in units if (u.segment.index, u.clause) not in dropped_units]
-    text = _layout(_by_speaker(kept), per_speaker=True) if phase else _layout(kept)
+    if phase:
+        kept = _merge_repeated_words(_by_speaker(kept))
+    text = _layout(kept, per_speaker=True) if phase else _layout(kept)
     orphan_ids = missing_identifiers(text, (u.annotation for u in units))
     if orphan_ids:
         text = f"{text}\nids: {', '.join(orphan_ids)}" if text else f"ids: {', '.join(orphan_ids)}"
@@ -339,6 +346,48 @@ def _redundant_units(units: Sequence[_Unit]) -> set[tuple[int, int]]:
             continue
         seen |= tokens
     return redundant
+
+
+_NUMBERISH_RE = re.compile(r"\d")
+
+# Words a phase summary drops on top of the fine summary's fillers: colloquial contractions
+# of a verb ("gotta", "gonna"), hedges and frequency adverbs. A fine summary keeps them (a
+# turn's own tone); a phase summary states what happened, not how it was put.
+PHASE_FILLERS: frozenset[str] = words(
+    """gotta gonna wanna lot lots even sometimes hopefully much plus always often usually
+    maybe perhaps probably kind sort buddy pal dude guys"""
+)
+
+
+def _merge_repeated_words(units: Sequence[_Unit]) -> list[_Unit]:
+    """A phase summary names each thing once per speaker and day: in an outcome clause, a
+    word whose every content token that speaker's line has already said goes ("support
+    group made ... support group gave courage" says "support group" once). Negations,
+    numbers and dates stay where they stand (they qualify their own clause), and a clause
+    keeps at least one word."""
+    said: dict[tuple[date, str | None], set[str]] = {}
+    merged: list[_Unit] = []
+    for unit in units:
+        seen = said.setdefault((unit.segment.timestamp.date(), unit.segment.speaker), set())
+        if unit.annotation.kind in VERBATIM_KINDS:
+            seen |= set(content_tokens(unit.text))
+            merged.append(unit)
+            continue
+        kept: list[str] = []
+        for word in unit.text.split():
+            tokens = set(content_tokens(word))
+            repeated = (
+                tokens
+                and tokens <= seen
+                and not _NUMBERISH_RE.search(word)
+                and fold(word).strip(EDGE_PUNCT) not in NEGATIONS
+            )
+            if not repeated:
+                kept.append(word)
+            seen |= tokens
+        text = " ".join(kept).strip(" ,，") if kept else ""
+        merged.append(unit._replace(text=text or unit.text))
+    return merged
 
 
 def _by_speaker(units: Sequence[_Unit]) -> list[_Unit]:

@@ -30,6 +30,7 @@ from pipelines.cognition.protocol import (
     parse_annotations,
     parse_summary,
 )
+from pipelines.cognition.quality import QualityVerdict, check_compression
 from pipelines.cognition.segments import segment_sources
 from pipelines.errors import MalformedLLMOutput, TransientLLMError
 from pipelines.records import Level
@@ -425,3 +426,46 @@ def test_task_summary_at_completion_keeps_verbatim_segments_whole() -> None:
     assert "We decided to use PostgreSQL" in l3.content
     assert "scripts/migrate_ledger.py" in l3.content
     assert l3.level == Level.L3 and l3.parent_ids == (l1.id,)
+
+
+# -- phase summaries ---------------------------------------------------------------------------
+
+DANCE = [
+    source(1, "Jon: I'm searching for a dance studio location for my business, it's tricky."),
+    source(2, "Gina: Searching for a dance studio is a tough job."),
+    source(3, "Jon: The dance studio needs a big floor and a good location near the station."),
+    source(4, "Jon: I rehearsed new dance routines for the dance competition on 2023-03-12."),
+    source(5, "Gina: The dance competition will show your dance routines to the judges."),
+    source(6, "Jon: My business partner found a dance studio location near the station."),
+]
+
+
+def test_a_phase_summary_states_each_word_once() -> None:
+    # given an L1 summary of a session that names the same things turn after turn
+    l1 = compress_group(DANCE, Level.L1).draft
+    # when it is summarised again as a phase
+    l2 = compress_group(sources_from_drafts([l1]), Level.L2).draft
+    # then the L2 is at least 1.5 times smaller than its L1
+    assert l2.summary_words * 1.5 <= l1.summary_words
+    # one line per speaker, each naming the studio once
+    lines = dict(line.split(": ", 1) for line in l2.content.splitlines())
+    assert set(lines) == {"Jon", "Gina"}
+    assert all(text.count("studio") == 1 for text in lines.values())
+    # and still passes the quality check against the L1 and against the raw turns
+    for sources in (sources_from_drafts([l1]), DANCE):
+        report = check_compression(sources, l2)
+        assert report.verdict is QualityVerdict.KEEP, report.reason
+    # numbers and dates stay where they stand
+    assert "2023-03-12" in l2.content
+
+
+def test_a_phase_summary_keeps_negations_and_verbatim_segments() -> None:
+    rows = [
+        source(1, "Ann: The release of the mobile app went out on Monday."),
+        source(2, "Ann: We decided to ship the mobile app weekly because users want fixes fast."),
+        source(3, "Ann: The release notes of the mobile app did not mention the crash fix."),
+    ]
+    l1 = compress_group(rows, Level.L1).draft
+    l2 = compress_group(sources_from_drafts([l1]), Level.L2).draft
+    assert "We decided to ship the mobile app weekly because users want fixes fast." in l2.content
+    assert " not " in f" {l2.content} "

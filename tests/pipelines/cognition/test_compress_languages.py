@@ -27,6 +27,7 @@ from pipelines.cognition.protocol import (
     missing_identifiers,
     parse_annotations,
 )
+from pipelines.cognition.quality import QualityVerdict, check_compression
 from pipelines.cognition.segments import (
     is_question,
     segment_sources,
@@ -367,3 +368,34 @@ def test_the_project_compresses_alike_in_every_language(make_history: Histories)
     assert sum(k.get("chatter", 0) for k in kinds) >= 14
     assert sum(k.get("status_change", 0) for k in kinds) >= 9
     assert all(d.summary_words < d.source_words for d in drafts)
+
+
+def test_a_chinese_chat_compresses_to_half_and_keeps_its_facts() -> None:
+    # given a chat whose replies only react (哇，恭喜恭喜 / 好可爱 / 那就好)
+    lines = [
+        "小陈: 早上好！",
+        "小刘: 早上好，周末过得怎么样？",
+        "小陈: 我上个月搬到杭州了，现在住在西湖区。",
+        "小刘: 哇，恭喜恭喜",
+        "小陈: 我家猫叫馒头，是一只三岁的英短。",
+        "小刘: 好可爱",
+        "小陈: 它上周做了绝育手术，恢复得很好。",
+        "小刘: 那就好",
+        "小陈: 好的，回头聊",
+    ]
+    rows = [source(i, text) for i, text in enumerate(lines, 1)]
+    # when it is compressed to L1
+    draft = compress_group(rows, Level.L1).draft
+    # then the summary is at most half the chat, the reactions are gone
+    assert draft.summary_words * 2 <= draft.source_words
+    for reaction in ("恭喜", "可爱", "那就好", "回头聊"):
+        assert reaction not in draft.content
+    # and every labeled fact is still there, the quality check agreeing
+    for fact in ("杭州", "西湖区", "馒头", "三岁", "英短", "绝育手术"):
+        assert fact in draft.content
+    assert check_compression(rows, draft).verdict is QualityVerdict.KEEP
+
+
+@pytest.mark.parametrize("text", ["哇，恭喜恭喜", "好可爱", "那就好", "真好，太棒了"])
+def test_chinese_reactions_are_chatter(text: str) -> None:
+    assert classify_segment(text)[0] is SegmentKind.CHATTER
