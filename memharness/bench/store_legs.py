@@ -27,11 +27,11 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 import psycopg
+from psycopg_pool import ConnectionPool
 
 from config import Settings, get_settings
 from memharness.bench.retrieval_latency import (
@@ -56,10 +56,13 @@ def _log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def _timed(run: Callable[[], Any]) -> tuple[float, Any]:
-    started = time.perf_counter()
-    answer = run()
-    return (time.perf_counter() - started) * 1000, answer
+def _timed(pool: ConnectionPool, leg: Callable[..., Any], *args: Any) -> tuple[float, Any]:
+    """``leg`` (a ``PostgresRecall`` method) on a fresh recaller: nothing from its memo."""
+    with PostgresRecall(pool, versions_from_rows=True) as recall:
+        started = time.perf_counter()
+        answer = leg(recall, *args)
+        elapsed_ms = (time.perf_counter() - started) * 1000
+    return elapsed_ms, answer
 
 
 def measure(settings: Settings, n: int, *, queries: int, warmup: int) -> dict[str, Any]:
@@ -78,6 +81,7 @@ def measure(settings: Settings, n: int, *, queries: int, warmup: int) -> dict[st
 
     config = DEFAULT_CONFIG
     since = now - timedelta(hours=config.temporal_window_hours)
+    limit = config.sparse_limit
     timings: dict[str, list[float]] = {leg: [] for leg in LEGS}
     hits: dict[str, list[int]] = {leg: [] for leg in LEGS}
     rng = random.Random(n)
@@ -90,21 +94,13 @@ def measure(settings: Settings, n: int, *, queries: int, warmup: int) -> dict[st
             )
             whole = RecallScope(tenant_id=tenant, task_id=None, now=now)
             text = rng.choice(QUESTIONS).format(s=rng.choice(SUBJECTS))
-            with PostgresRecall(pool, versions_from_rows=True) as recall:
-                sparse_ms, found = _timed(
-                    partial(recall.search_sparse, text, task, config.sparse_limit)
-                )
-            with PostgresRecall(pool, versions_from_rows=True) as recall:
-                tenant_ms, wide = _timed(
-                    partial(recall.search_sparse, text, whole, config.sparse_limit)
-                )
-            with PostgresRecall(pool, versions_from_rows=True) as recall:
-                temporal_ms, recent = _timed(
-                    partial(recall.search_recent, text, task, since, config.temporal_limit)
-                )
+            sparse_ms, found = _timed(pool, PostgresRecall.search_sparse, text, task, limit)
+            tenant_ms, wide = _timed(pool, PostgresRecall.search_sparse, text, whole, limit)
+            temporal_ms, recent = _timed(
+                pool, PostgresRecall.search_recent, text, task, since, config.temporal_limit
+            )
             ids = [hit.id for hit in found]
-            with PostgresRecall(pool, versions_from_rows=True) as recall:
-                fetch_ms, views = _timed(partial(recall.fetch, ids, task))
+            fetch_ms, views = _timed(pool, PostgresRecall.fetch, ids, task)
             if i < warmup:
                 continue
             for leg, ms, answer in (
@@ -130,6 +126,7 @@ def measure(settings: Settings, n: int, *, queries: int, warmup: int) -> dict[st
 
 
 def run(base: Settings, *, points: Sequence[int], queries: int = 100, warmup: int = 10) -> int:
+    # PostgreSQL only: the settings' vector store path is never opened.
     settings = scratch_settings(
         base, db_suffix=f"store_legs_{os.getpid()}", qdrant_path=Path("/nonexistent"), redis_db=None
     )

@@ -81,7 +81,6 @@ from pipelines.text.words import (
     has_han,
     raw_tokens,
     word_count,
-    words,
 )
 
 _ERROR_LINE_RE = re.compile(r"(?:error|exception|fail|fatal|panic|denied|refused|timeout)", re.I)
@@ -349,14 +348,6 @@ def _redundant_units(units: Sequence[_Unit]) -> set[tuple[int, int]]:
 
 
 _NUMBERISH_RE = re.compile(r"\d")
-
-# Words a phase summary drops on top of the fine summary's fillers: colloquial contractions
-# of a verb ("gotta", "gonna"), hedges and frequency adverbs. A fine summary keeps them (a
-# turn's own tone); a phase summary states what happened, not how it was put.
-PHASE_FILLERS: frozenset[str] = words(
-    """gotta gonna wanna lot lots even sometimes hopefully much plus always often usually
-    maybe perhaps probably kind sort buddy pal dude guys"""
-)
 
 
 def _merge_repeated_words(units: Sequence[_Unit]) -> list[_Unit]:

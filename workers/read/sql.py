@@ -56,8 +56,9 @@ SPARSE_SQL = f"""
 # The last days of the task through memories_scope_ts_idx (tenant_id, task_id, ts DESC): the
 # newest RECENT_SCAN of the window, in index order, and only those ranked. Ranking the whole
 # window made the leg grow with the task: at 1M memories (25k per task, ~5,900 in a week)
-# it read and ranked every one of them, 52-100 ms a call; the newest 500 take 8-15 ms there
-# (load 5-7, docs/scaling.md). A window holding fewer rows than that is ranked whole.
+# it read and ranked every one of them, p50/p95 81.5/147.6 ms a call; the newest 500 take
+# 4.5/5.6 ms there (`memharness bench store-legs`, docs/benchmarks.md). A window holding
+# fewer rows than that is ranked whole.
 RECENT_SCAN = 500
 TEMPORAL_RANKED_SQL = f"""
     SELECT r.id::text, ts_rank(r.search_tsv, q.query) AS s
